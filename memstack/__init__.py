@@ -1,0 +1,51 @@
+"""memstack: composable session layers for the OpenAI Agents SDK.
+
+from memstack import build_stack, open_backend, LayerSpec
+
+store = open_backend("sqlite:///chat.db", "user-42")
+session = build_stack(store, [LayerSpec("passthrough")])
+# await Runner.run(agent, "Hello", session=session)
+"""
+
+from memstack.backends import (
+    GenericCapabilities,
+    StorageCapabilities,
+    capabilities_of,
+    open_backend,
+)
+from memstack.base import SessionLayer, find, iter_chain
+from memstack.errors import (
+    BackendError,
+    CapabilityError,
+    ConfigurationError,
+    DecryptionError,
+    ItemValidationError,
+    MemstackError,
+    RecipeError,
+)
+from memstack.layers import PassthroughSession
+from memstack.stack import LAYERS, LayerSpec, build_stack
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "LAYERS",
+    "BackendError",
+    "CapabilityError",
+    "ConfigurationError",
+    "DecryptionError",
+    "GenericCapabilities",
+    "ItemValidationError",
+    "LayerSpec",
+    "MemstackError",
+    "PassthroughSession",
+    "RecipeError",
+    "SessionLayer",
+    "StorageCapabilities",
+    "__version__",
+    "build_stack",
+    "capabilities_of",
+    "find",
+    "iter_chain",
+    "open_backend",
+]

@@ -1,0 +1,70 @@
+"""Capabilities for the SDK's SQLAlchemySession on any database SQLAlchemy drives.
+
+Plans run in the session's own transaction factory after ``_lock_session`` takes the
+same row lock the SDK's writes take, so a rewrite and a concurrent ``add_items`` or
+``pop_item`` serialise on PostgreSQL, MySQL/MariaDB and SQLite alike.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from agents.extensions.memory import SQLAlchemySession
+from sqlalchemy import text
+
+from memstack.backends import sql
+from memstack.backends.capabilities import StorageCapabilities
+from memstack.backends.translate import store_errors
+
+
+class SQLAlchemyCapabilities(sql.PlanCapabilities):
+    """Adapter for ``agents.extensions.memory.SQLAlchemySession``."""
+
+    session: SQLAlchemySession
+
+    def table(self) -> sql.Table:
+        # The SDK orders history by (created_at, id); so do the plans.
+        return sql.Table(self.session._messages.name, self.session.session_id, ("created_at", "id"))
+
+    async def run(self, make_plan: Callable[[], sql.Plan]) -> Any:
+        store = self.session
+
+        async def attempt() -> Any:
+            async with store._session() as sess, sess.begin():
+                await store._lock_session(sess)
+
+                async def execute(statement: str, params: dict[str, Any]) -> list[Any]:
+                    result = await sess.execute(text(statement), params)
+                    return list(result.all()) if result.returns_rows else []
+
+                return await sql.run_async(execute, make_plan())
+
+        with store_errors(store):
+            await store._ensure_tables()
+            return await store._run_sqlite_write_with_retry(attempt)
+
+
+class MySQLSQLAlchemySession(SQLAlchemySession):
+    """SQLAlchemySession that creates its tables on MySQL/MariaDB.
+
+    The SDK's schema declares VARCHAR without a length, which MySQL refuses; this
+    subclass changes only table creation. Storage and queries are the SDK's.
+    """
+
+    def __init__(self, session_id: str, *, engine: Any, **options: Any) -> None:
+        super().__init__(session_id, engine=engine, create_tables=False, **options)
+        self._tables_ready = False
+
+    async def _ensure_tables(self) -> None:
+        if not self._tables_ready:
+            from memstack.backends.open import prepare_mysql_tables
+
+            await prepare_mysql_tables(self.engine, self._sessions.name, self._messages.name)
+            self._tables_ready = True
+
+
+ADAPTERS: dict[type, type[StorageCapabilities]] = {
+    SQLAlchemySession: SQLAlchemyCapabilities,
+    MySQLSQLAlchemySession: SQLAlchemyCapabilities,
+}

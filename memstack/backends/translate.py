@@ -1,0 +1,45 @@
+"""Translate a store's own exceptions into ``BackendError`` at the boundary."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
+from functools import cache
+
+from memstack.errors import BackendError, MemstackError
+
+
+@cache
+def store_exception_types() -> tuple[type[BaseException], ...]:
+    """Exception families that mean "the store failed", for the drivers installed."""
+    types: list[type[BaseException]] = [OSError, sqlite3.Error, TimeoutError]
+    try:
+        from sqlalchemy.exc import SQLAlchemyError
+
+        types.append(SQLAlchemyError)
+    except ImportError:  # pragma: no cover - sqlalchemy is a runtime dependency
+        pass
+    try:
+        from redis.exceptions import RedisError
+
+        types.append(RedisError)
+    except ImportError:
+        pass
+    return tuple(types)
+
+
+@contextmanager
+def store_errors(store: object, *, layer: str | None = None) -> Iterator[None]:
+    """Re-raise store failures as ``BackendError`` naming the store and the cause."""
+    try:
+        yield
+    except MemstackError:
+        raise
+    except store_exception_types() as exc:
+        session_id = getattr(store, "session_id", None)
+        raise BackendError(
+            f"{type(store).__name__} failed: {type(exc).__name__}: {exc}".strip(),
+            layer=layer,
+            session_id=session_id if isinstance(session_id, str) else None,
+        ) from exc

@@ -1,0 +1,202 @@
+"""The layer base: one place where delegation to the wrapped session is written.
+
+    >>> from memstack.base import SessionLayer
+    >>> from memstack.testing import InMemorySession
+    >>> class Shouting(SessionLayer):
+    ...     async def add_items(self, items, *, wrapper=None):
+    ...         loud = [{**i, "content": i["content"].upper()} for i in items]
+    ...         await self.inner.add_items(loud, **self.forward(wrapper))
+    >>> stack = Shouting(InMemorySession("s1"))
+    >>> stack.session_id
+    's1'
+
+A layer is ``XSession(inner, *, option=…)``. It overrides only what it changes; the rest
+is delegated here. ``repr(stack)`` shows the chain bottom to top; ``stack.inner``,
+``iter(stack)`` and ``stack.find(SomeType)`` walk it, so a backend's own extras stay
+reachable without attribute forwarding.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable, Coroutine, Iterator
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
+
+from agents.memory import Session, SessionSettings
+
+from memstack.backends.translate import store_errors
+from memstack.errors import ConfigurationError
+
+if TYPE_CHECKING:
+    from agents.items import TResponseInputItem
+    from agents.run_context import RunContextWrapper
+
+    from memstack.backends.capabilities import StorageCapabilities
+
+__all__ = ["SessionLayer", "describe", "find", "iter_chain"]
+
+T = TypeVar("T")
+
+_SESSION_METHODS = ("get_items", "add_items", "pop_item", "clear_session")
+
+
+def _takes_wrapper(session: object) -> bool:
+    """True when all four methods declare ``wrapper`` (the SDK's own opt-in rule)."""
+    for name in _SESSION_METHODS:
+        try:
+            params = inspect.signature(getattr(session, name)).parameters
+        except (AttributeError, TypeError, ValueError):
+            return False
+        param = params.get("wrapper")
+        if param is None or param.kind not in (param.POSITIONAL_OR_KEYWORD, param.KEYWORD_ONLY):
+            return False
+    return True
+
+
+def _translating(
+    method: Callable[..., Coroutine[Any, Any, T]],
+) -> Callable[..., Coroutine[Any, Any, T]]:
+    """Turn the store's own exceptions into ``BackendError`` naming this layer."""
+
+    @functools.wraps(method)
+    async def call(self: SessionLayer, *args: Any, **kwargs: Any) -> T:
+        with store_errors(self.inner, layer=type(self).__name__):
+            return await method(self, *args, **kwargs)
+
+    return call
+
+
+class SessionLayer:
+    """Base of every memstack layer: a Session that wraps another Session."""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        # Every layer's Session methods translate store failures, overridden or not.
+        super().__init_subclass__(**kwargs)
+        for name in _SESSION_METHODS:
+            if name in cls.__dict__:
+                setattr(cls, name, _translating(cls.__dict__[name]))
+
+    #: Name used by the stack builder and recipes; set by each concrete layer.
+    layer_name: ClassVar[str] = ""
+    #: True when this layer stores items in another form than it returns them
+    #: (encryption, TTL stamps); the store's raw capabilities then do not apply as-is.
+    transforms_items: ClassVar[bool] = False
+
+    def __init__(self, inner: Session) -> None:
+        if not isinstance(inner, Session):
+            raise ConfigurationError(
+                f"inner must be an Agents SDK Session, not {type(inner).__name__}",
+                layer=type(self).__name__,
+            )
+        self.inner = inner
+        self._inner_takes_wrapper = _takes_wrapper(inner)
+
+    # -- identity -----------------------------------------------------------------------
+    @property
+    def session_id(self) -> str:
+        return self.inner.session_id
+
+    @property
+    def session_settings(self) -> SessionSettings | None:
+        return self.inner.session_settings
+
+    @session_settings.setter
+    def session_settings(self, value: SessionSettings | None) -> None:
+        self.inner.session_settings = value
+
+    # -- delegation ---------------------------------------------------------------------
+    def forward(self, wrapper: RunContextWrapper[Any] | None) -> dict[str, Any]:
+        """Keyword arguments that pass ``wrapper`` on only to an inner that declares it."""
+        if wrapper is None or not self._inner_takes_wrapper:
+            return {}
+        return {"wrapper": wrapper}
+
+    @_translating
+    async def get_items(
+        self, limit: int | None = None, *, wrapper: RunContextWrapper[Any] | None = None
+    ) -> list[TResponseInputItem]:
+        return await self.inner.get_items(limit, **self.forward(wrapper))
+
+    @_translating
+    async def add_items(
+        self, items: list[TResponseInputItem], *, wrapper: RunContextWrapper[Any] | None = None
+    ) -> None:
+        await self.inner.add_items(items, **self.forward(wrapper))
+
+    @_translating
+    async def pop_item(
+        self, *, wrapper: RunContextWrapper[Any] | None = None
+    ) -> TResponseInputItem | None:
+        return await self.inner.pop_item(**self.forward(wrapper))
+
+    @_translating
+    async def clear_session(self, *, wrapper: RunContextWrapper[Any] | None = None) -> None:
+        await self.inner.clear_session(**self.forward(wrapper))
+
+    def storage_capabilities(self) -> StorageCapabilities:
+        """What the store below can do, as seen through this layer.
+
+        A layer that keeps items unchanged shares the store's capabilities; one that
+        transforms them falls back to the generic adapter over its own Session methods
+        unless it provides a translating adapter.
+        """
+        from memstack.backends.capabilities import GenericCapabilities, capabilities_of
+
+        if self.transforms_items:
+            return GenericCapabilities(self)
+        return capabilities_of(self.inner)
+
+    # -- walking the chain --------------------------------------------------------------
+    def __iter__(self) -> Iterator[Session]:
+        """This layer, then each session below it, down to the backend."""
+        return iter_chain(self)
+
+    @property
+    def backend(self) -> Session:
+        """The bottom session: the store itself."""
+        *_, bottom = iter_chain(self)
+        return bottom
+
+    def find(self, kind: type[T]) -> T | None:
+        """The nearest session of ``kind`` at or below this layer, or None."""
+        return find(self, kind)
+
+    def repr_options(self) -> dict[str, object]:
+        """Key options shown by ``repr``; never secrets."""
+        return {}
+
+    def __repr__(self) -> str:
+        return " → ".join(describe(session) for session in reversed(list(iter_chain(self))))
+
+
+def iter_chain(session: Session) -> Iterator[Session]:
+    """Walk from ``session`` down through ``.inner`` to the backend."""
+    current: Session | None = session
+    while current is not None:
+        yield current
+        current = current.inner if isinstance(current, SessionLayer) else None
+
+
+def find(session: Session, kind: type[T]) -> T | None:
+    for candidate in iter_chain(session):
+        if isinstance(candidate, kind):
+            return candidate
+    return None
+
+
+def describe(session: Session) -> str:
+    """One chain element: ``Name(option=value, …)``."""
+    name = type(session).__name__
+    if isinstance(session, SessionLayer):
+        options = session.repr_options()
+    else:
+        options = {"session_id": session.session_id}
+        for attribute in ("db_path", "url"):
+            value = getattr(session, attribute, None)
+            if value is not None:
+                options[attribute] = str(value)
+        engine = getattr(session, "engine", None)
+        if engine is not None:
+            options["url"] = engine.url.render_as_string(hide_password=True)
+    return f"{name}({', '.join(f'{key}={value!r}' for key, value in options.items())})"

@@ -1,0 +1,66 @@
+"""Typed errors raised by memstack.
+
+Every failure memstack can report derives from one root, so applications can catch
+``MemstackError`` at their boundary and still tell causes apart::
+
+    MemstackError
+    ├── ConfigurationError        bad option, unknown layer, wrong argument   (also ValueError)
+    │   └── RecipeError           a recipe file or mapping that does not validate
+    ├── ItemValidationError       an item that is not a JSON-serialisable dict   (also ValueError)
+    ├── BackendError              the store failed or is unreachable
+    │   └── CapabilityError       the store cannot do an operation (atomically)
+    └── DecryptionError           wrong or missing key, tampered or unknown envelope
+
+The original exception is always kept as ``__cause__`` (``raise … from exc``).
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "BackendError",
+    "CapabilityError",
+    "ConfigurationError",
+    "DecryptionError",
+    "ItemValidationError",
+    "MemstackError",
+    "RecipeError",
+]
+
+
+class MemstackError(Exception):
+    """Root of every error memstack raises."""
+
+    def __init__(self, message: str, *, layer: str | None = None, session_id: str | None = None):
+        self.layer = layer
+        self.session_id = session_id
+        self.reason = message
+        where = " ".join(
+            part
+            for part in (layer, f"session {session_id!r}" if session_id is not None else None)
+            if part
+        )
+        super().__init__(f"{where}: {message}" if where else message)
+
+
+class ConfigurationError(MemstackError, ValueError):
+    """An option, layer name or argument is not acceptable."""
+
+
+class RecipeError(ConfigurationError):
+    """A recipe does not validate; the message names the file, layer and field."""
+
+
+class ItemValidationError(MemstackError, ValueError):
+    """An item handed to a session cannot be stored faithfully."""
+
+
+class BackendError(MemstackError):
+    """The underlying store failed or could not be reached."""
+
+
+class CapabilityError(BackendError):
+    """The store cannot perform the requested operation, or not atomically."""
+
+
+class DecryptionError(MemstackError):
+    """Stored data could not be authenticated or decrypted."""

@@ -1,0 +1,216 @@
+"""The shape of a stored history: item kinds, atomic units, user turns, validation.
+
+    >>> from memstack.history import split_units, split_turns
+    >>> items = [
+    ...     {"role": "user", "content": "weather?"},
+    ...     {"type": "function_call", "call_id": "c1", "name": "w", "arguments": "{}"},
+    ...     {"type": "function_call_output", "call_id": "c1", "output": "sunny"},
+    ...     {"role": "assistant", "content": "Sunny."},
+    ... ]
+    >>> [(u.start, u.stop) for u in split_units(items)]
+    [(0, 1), (1, 3), (3, 4)]
+    >>> [(t.start, t.stop) for t in split_turns(items)]
+    [(0, 4)]
+
+Layers that drop or replace old history (window, compaction, TTL) cut only at the
+boundaries computed here, so the model never sees a tool output without its call or a
+reasoning item without the item it produced.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from memstack.errors import ItemValidationError
+
+__all__ = [
+    "CALL_TO_OUTPUT",
+    "Span",
+    "cut_points",
+    "history_problems",
+    "is_pinned",
+    "is_user_message",
+    "pair_key",
+    "split_turns",
+    "split_units",
+    "validate_items",
+]
+
+Item = Mapping[str, Any]
+
+# Call item type -> the output item type that completes it (the SDK's own pairing).
+CALL_TO_OUTPUT: dict[str, str] = {
+    "function_call": "function_call_output",
+    "custom_tool_call": "custom_tool_call_output",
+    "computer_call": "computer_call_output",
+    "shell_call": "shell_call_output",
+    "local_shell_call": "local_shell_call_output",
+    "apply_patch_call": "apply_patch_call_output",
+    "tool_search_call": "tool_search_output",
+    "program": "program_output",
+    "mcp_approval_request": "mcp_approval_response",
+}
+_OUTPUT_TO_CALL = {output: call for call, output in CALL_TO_OUTPUT.items()}
+
+# Items that carry standing context rather than conversation: kept by windows, never cut.
+_PINNED_ROLES = frozenset({"system", "developer"})
+_PINNED_TYPES = frozenset({"compaction"})
+PINNED_MARKER = "memstack_pinned"
+
+
+def item_type(item: Item) -> str:
+    """The Responses item type; role-only dicts (easy input messages) are messages."""
+    kind = item.get("type")
+    return kind if isinstance(kind, str) else "message"
+
+
+def is_user_message(item: Item) -> bool:
+    return item_type(item) == "message" and item.get("role") == "user"
+
+
+def is_pinned(item: Item) -> bool:
+    """System/developer messages, compaction items and items a layer marked pinned."""
+    if item_type(item) in _PINNED_TYPES or item.get(PINNED_MARKER) is True:
+        return True
+    return item_type(item) == "message" and item.get("role") in _PINNED_ROLES
+
+
+def pair_key(item: Item) -> tuple[str, str] | None:
+    """``(call type, id)`` shared by a tool call and its output, or None for other items."""
+    kind = item_type(item)
+    if kind in CALL_TO_OUTPUT:
+        ident = item.get("id") if kind == "mcp_approval_request" else item.get("call_id")
+        family = kind
+    elif kind in _OUTPUT_TO_CALL:
+        family = _OUTPUT_TO_CALL[kind]
+        if kind == "mcp_approval_response":
+            ident = item.get("approval_request_id")
+        else:
+            ident = item.get("call_id") or item.get("id")
+    else:
+        return None
+    return (family, ident) if isinstance(ident, str) and ident else None
+
+
+def is_output(item: Item) -> bool:
+    return item_type(item) in _OUTPUT_TO_CALL
+
+
+@dataclass(frozen=True, slots=True)
+class Span:
+    """Half-open index range ``[start, stop)`` into a history."""
+
+    start: int
+    stop: int
+
+    def __len__(self) -> int:
+        return self.stop - self.start
+
+
+def cut_points(items: Sequence[Item]) -> list[bool]:
+    """``ok[i]`` tells whether history may be cut just before item ``i`` (``0 <= i <= n``).
+
+    A cut is forbidden inside a call/output pair (including parallel calls whose outputs
+    interleave) and right after a reasoning item, which belongs to what follows it.
+    """
+    n = len(items)
+    first: dict[tuple[str, str], int] = {}
+    last: dict[tuple[str, str], int] = {}
+    for index, item in enumerate(items):
+        key = pair_key(item)
+        if key is not None:
+            first.setdefault(key, index)
+            last[key] = index
+    # depth[i] > 0 means some pair spans the boundary before item i.
+    delta = [0] * (n + 2)
+    for key, start in first.items():
+        stop = last[key]
+        if stop > start:
+            delta[start + 1] += 1
+            delta[stop + 1] -= 1
+    ok = [True] * (n + 1)
+    depth = 0
+    for i in range(n + 1):
+        depth += delta[i]
+        if depth > 0 or (i > 0 and item_type(items[i - 1]) == "reasoning" and i < n):
+            ok[i] = False
+    return ok
+
+
+def _spans(boundaries: Iterable[int], n: int) -> list[Span]:
+    points = sorted({0, n, *boundaries})
+    return [Span(a, b) for a, b in zip(points, points[1:], strict=False) if b > a]
+
+
+def split_units(items: Sequence[Item]) -> list[Span]:
+    """Smallest spans that must be kept or dropped together."""
+    ok = cut_points(items)
+    return _spans((i for i, allowed in enumerate(ok) if allowed), len(items))
+
+
+def split_turns(items: Sequence[Item]) -> list[Span]:
+    """User turns: a user message and everything up to the next one.
+
+    Items before the first user message form their own leading span. A user message
+    that sits inside a unit (between a call and its output) does not start a turn.
+    """
+    ok = cut_points(items)
+    starts = (i for i, item in enumerate(items) if ok[i] and is_user_message(item))
+    return _spans(starts, len(items))
+
+
+def history_problems(items: Sequence[Item]) -> list[str]:
+    """Reasons the Responses API would reject this history as model input; empty if none.
+
+    Checks orphan outputs (no earlier call), calls whose output never arrives although
+    the conversation moved on, and reasoning items not followed by a model item.
+    """
+    problems: list[str] = []
+    open_calls: dict[tuple[str, str], int] = {}
+    seen_calls: set[tuple[str, str]] = set()
+    for index, item in enumerate(items):
+        key = pair_key(item)
+        kind = item_type(item)
+        if key is not None and not is_output(item):
+            open_calls[key] = index
+            seen_calls.add(key)
+        elif key is not None:
+            if key not in seen_calls:
+                problems.append(f"item {index}: {kind} {key[1]!r} has no earlier call")
+            open_calls.pop(key, None)
+        elif is_output(item):
+            problems.append(f"item {index}: {kind} without a call id")
+        if kind == "reasoning":
+            follower = items[index + 1] if index + 1 < len(items) else None
+            if follower is not None and (is_user_message(follower) or is_output(follower)):
+                problems.append(f"item {index}: reasoning not followed by a model item")
+        if is_user_message(item):
+            for key, call_index in list(open_calls.items()):
+                problems.append(f"item {call_index}: {key[0]} {key[1]!r} has no output")
+                del open_calls[key]
+    return problems
+
+
+def validate_items(items: object, *, layer: str | None = None) -> list[dict[str, Any]]:
+    """Check that ``items`` is a list of JSON-serialisable dicts; return it as a list.
+
+    Stores serialise with ``json.dumps``; an item that cannot round-trip would be lost
+    or altered there, so it is refused here with the offending index.
+    """
+    if not isinstance(items, list):
+        raise ItemValidationError(f"items must be a list, not {type(items).__name__}", layer=layer)
+    for index, item in enumerate(items):
+        if not isinstance(item, dict):
+            raise ItemValidationError(
+                f"item {index} must be a dict, not {type(item).__name__}", layer=layer
+            )
+        try:
+            json.dumps(item, allow_nan=False)
+        except (TypeError, ValueError) as exc:
+            raise ItemValidationError(
+                f"item {index} is not JSON-serialisable: {exc}", layer=layer
+            ) from exc
+    return items

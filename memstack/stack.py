@@ -1,0 +1,79 @@
+"""One stack builder for code, recipes and the command line.
+
+    >>> from memstack import build_stack, LayerSpec
+    >>> from memstack.testing import InMemorySession
+    >>> stack = build_stack(InMemorySession("s1"), [LayerSpec("passthrough")])
+    >>> stack
+    InMemorySession(session_id='s1') → PassthroughSession()
+
+Specs are listed bottom to top: the first wraps the store, the last is what the agent
+talks to. A spec names a layer (``"window"``) or gives its class, plus keyword options.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from importlib import import_module
+from typing import Any
+
+from agents.memory import Session
+
+from memstack.base import SessionLayer
+from memstack.errors import ConfigurationError
+
+__all__ = ["LAYERS", "LayerSpec", "build_stack", "resolve_layer"]
+
+# Layer name -> "module:Class", imported on first use so unused layers cost nothing.
+LAYERS: dict[str, str] = {
+    "passthrough": "memstack.layers.passthrough:PassthroughSession",
+}
+
+
+@dataclass(frozen=True)
+class LayerSpec:
+    """One layer of a stack: which layer, with which keyword options."""
+
+    layer: str | type[SessionLayer]
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+
+def resolve_layer(layer: str | type[SessionLayer]) -> type[SessionLayer]:
+    if isinstance(layer, type):
+        if not issubclass(layer, SessionLayer):
+            raise ConfigurationError(f"{layer.__name__} is not a memstack SessionLayer")
+        return layer
+    target = LAYERS.get(layer)
+    if target is None:
+        known = ", ".join(sorted(LAYERS))
+        raise ConfigurationError(f"unknown layer {layer!r}; known layers: {known}")
+    module, _, name = target.partition(":")
+    cls = getattr(import_module(module), name)
+    assert issubclass(cls, SessionLayer)
+    return cls
+
+
+def _check_options(cls: type[SessionLayer], options: Mapping[str, Any]) -> None:
+    params = inspect.signature(cls.__init__).parameters
+    if any(p.kind is p.VAR_KEYWORD for p in params.values()):
+        return
+    allowed = [name for name, p in params.items() if p.kind is p.KEYWORD_ONLY]
+    unknown = sorted(set(options) - set(allowed))
+    if unknown:
+        raise ConfigurationError(
+            f"unknown option(s) {', '.join(unknown)}; allowed: {', '.join(allowed) or 'none'}",
+            layer=cls.__name__,
+        )
+
+
+def build_stack(base: Session, specs: Iterable[LayerSpec | str | type[SessionLayer]]) -> Session:
+    """Wrap ``base`` in each layer of ``specs``, bottom to top."""
+    session = base
+    for spec in specs:
+        if not isinstance(spec, LayerSpec):
+            spec = LayerSpec(spec)
+        cls = resolve_layer(spec.layer)
+        _check_options(cls, spec.options)
+        session = cls(session, **spec.options)
+    return session
