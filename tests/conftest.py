@@ -1,0 +1,140 @@
+"""Backends for the tests: real SQLite files and real servers on loopback.
+
+``store_factory`` is parametrised over every backend. Service-backed ones skip with the
+reason when their server is down, and fail instead when ``CI=true``. Override the
+servers with MEMSTACK_TEST_POSTGRES_URL / _MYSQL_URL / _REDIS_URL.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import uuid
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+import pytest
+from agents import set_tracing_disabled
+from agents.memory import Session
+
+from memstack.backends import open_backend
+from memstack.testing import InMemorySession
+
+# Tests never export traces (and the SDK would warn without an API key).
+set_tracing_disabled(True)
+
+POSTGRES_URL = os.environ.get(
+    "MEMSTACK_TEST_POSTGRES_URL", "postgresql+asyncpg://postgres@127.0.0.1:5432/test"
+)
+MYSQL_URL = os.environ.get("MEMSTACK_TEST_MYSQL_URL", "mysql+aiomysql://root@127.0.0.1:3306/test")
+REDIS_URL = os.environ.get("MEMSTACK_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
+IN_CI = os.environ.get("CI", "").lower() == "true"
+
+SessionFactory = Callable[[str], Session]
+
+
+def _reachable(url: str) -> bool:
+    parsed = urlparse(url)
+    try:
+        with socket.create_connection((parsed.hostname or "127.0.0.1", parsed.port or 0), 1.0):
+            return True
+    except OSError:
+        return False
+
+
+def require_service(name: str, url: str) -> None:
+    """Skip (or, under CI=true, fail) when the server behind ``url`` is not reachable."""
+    if _reachable(url):
+        return
+    message = f"{name} is not reachable at {urlparse(url).netloc}; start it to run this test"
+    if IN_CI:
+        pytest.fail(f"CI=true: {message}")
+    pytest.skip(message)
+
+
+BACKENDS = [
+    "memory",
+    "sqlite-memory",
+    "sqlite-file",
+    "aiosqlite",
+    "sqlalchemy-sqlite",
+    "postgres",
+    "mariadb",
+    "redis",
+]
+SERVICES = {"postgres": ("PostgreSQL", POSTGRES_URL), "mariadb": ("MariaDB", MYSQL_URL),
+            "redis": ("Redis", REDIS_URL)}
+
+
+class Store:
+    """Opens sessions of one backend that share one store; closes what it opened."""
+
+    def __init__(self, backend: str, tmp_path: Path) -> None:
+        self.backend = backend
+        self.url = {
+            "sqlite-memory": "sqlite://:memory:",
+            "sqlite-file": f"sqlite:///{tmp_path / 'store.db'}",
+            "aiosqlite": f"aiosqlite:///{tmp_path / 'async.db'}",
+            "sqlalchemy-sqlite": f"sqlite+aiosqlite:///{tmp_path / 'sa.db'}",
+            "postgres": POSTGRES_URL,
+            "mariadb": MYSQL_URL,
+            "redis": REDIS_URL,
+        }.get(backend, "memory://")
+        self.opened: dict[str, Session] = {}
+        self.all: list[Session] = []
+        self.engine: Any = None
+        # Each test gets its own Redis key prefix, so tests never see each other's keys.
+        self.redis_prefix = f"memstack-test-{uuid.uuid4().hex[:8]}"
+
+    def open(self, session_id: str) -> Session:
+        # In-memory stores cannot be reopened; the same id returns the same session.
+        if self.backend in ("memory", "sqlite-memory") and session_id in self.opened:
+            return self.opened[session_id]
+        session = self._open(session_id)
+        self.opened.setdefault(session_id, session)
+        self.all.append(session)
+        return session
+
+    def _open(self, session_id: str) -> Session:
+        if self.backend == "memory":
+            return InMemorySession(session_id)
+        if self.backend == "redis":
+            return open_backend(self.url, session_id, key_prefix=self.redis_prefix)
+        if self.url.startswith(("sqlite+", "postgresql", "mysql")):
+            if self.engine is None:
+                from sqlalchemy.ext.asyncio import create_async_engine
+
+                self.engine = create_async_engine(self.url)
+            return open_backend(self.url, session_id, engine=self.engine)
+        return open_backend(self.url, session_id)
+
+    async def aclose(self) -> None:
+        for session in self.all:
+            close = getattr(session, "close", None)
+            if close is not None:
+                result = close()
+                if hasattr(result, "__await__"):
+                    await result
+        if self.engine is not None:
+            await self.engine.dispose()
+
+
+@pytest.fixture(params=BACKENDS)
+async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Store]:
+    """One backend's store; parametrised over every backend."""
+    backend = request.param
+    if backend in SERVICES:
+        require_service(*SERVICES[backend])
+    opened = Store(backend, tmp_path)
+    yield opened
+    await opened.aclose()
+
+
+@pytest.fixture
+async def sqlite_store(tmp_path: Path) -> AsyncIterator[Store]:
+    """A file SQLite store, for tests that need one real backend but not all of them."""
+    opened = Store("sqlite-file", tmp_path)
+    yield opened
+    await opened.aclose()
