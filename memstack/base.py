@@ -90,13 +90,11 @@ class SessionLayer:
                 layer=type(self).__name__,
             )
         self.inner = inner
+        # Read once from the store: a stack has one session id, never passed twice.
+        self.session_id: str = inner.session_id
         self._inner_takes_wrapper = _takes_wrapper(inner)
 
     # -- identity -----------------------------------------------------------------------
-    @property
-    def session_id(self) -> str:
-        return self.inner.session_id
-
     @property
     def session_settings(self) -> SessionSettings | None:
         return self.inner.session_settings

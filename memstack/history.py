@@ -19,6 +19,7 @@ reasoning item without the item it produced.
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -142,7 +143,7 @@ def cut_points(items: Sequence[Item]) -> list[bool]:
 
 def _spans(boundaries: Iterable[int], n: int) -> list[Span]:
     points = sorted({0, n, *boundaries})
-    return [Span(a, b) for a, b in zip(points, points[1:], strict=False) if b > a]
+    return [Span(a, b) for a, b in itertools.pairwise(points) if b > a]
 
 
 def split_units(items: Sequence[Item]) -> list[Span]:

@@ -49,8 +49,7 @@ def resolve_layer(layer: str | type[SessionLayer]) -> type[SessionLayer]:
         known = ", ".join(sorted(LAYERS))
         raise ConfigurationError(f"unknown layer {layer!r}; known layers: {known}")
     module, _, name = target.partition(":")
-    cls = getattr(import_module(module), name)
-    assert issubclass(cls, SessionLayer)
+    cls: type[SessionLayer] = getattr(import_module(module), name)
     return cls
 
 
@@ -69,7 +68,7 @@ def _check_options(cls: type[SessionLayer], options: Mapping[str, Any]) -> None:
 
 def build_stack(base: Session, specs: Iterable[LayerSpec | str | type[SessionLayer]]) -> Session:
     """Wrap ``base`` in each layer of ``specs``, bottom to top."""
-    session = base
+    session: Session = base
     for spec in specs:
         if not isinstance(spec, LayerSpec):
             spec = LayerSpec(spec)

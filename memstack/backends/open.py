@@ -4,12 +4,13 @@
     >>> open_backend("sqlite://:memory:", "user-42")  # doctest: +ELLIPSIS
     <agents.memory.sqlite_session.SQLiteSession object at ...>
 
-| URL                                   | session                                  |
-|---------------------------------------|------------------------------------------|
-| ``sqlite:///rel.db``, ``sqlite:////abs.db``, ``sqlite://:memory:`` | ``SQLiteSession``  |
-| ``aiosqlite:///rel.db``               | ``AsyncSQLiteSession``                   |
-| ``postgresql://…``, ``mysql://…``, ``dialect+driver://…`` | ``SQLAlchemySession`` (asyncpg / aiomysql by default) |
-| ``redis://…``, ``rediss://…``         | ``RedisSession``                         |
+URL → SDK session:
+
+- ``sqlite:///rel.db``, ``sqlite:////abs.db``, ``sqlite://:memory:`` → ``SQLiteSession``
+- ``aiosqlite:///rel.db`` → ``AsyncSQLiteSession``
+- ``postgresql://…``, ``mysql://…``, any ``dialect+driver://…`` → ``SQLAlchemySession``
+  (plain ``postgresql``/``mysql`` get the asyncpg/aiomysql drivers)
+- ``redis://…``, ``rediss://…`` → ``RedisSession``
 """
 
 from __future__ import annotations

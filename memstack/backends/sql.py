@@ -184,12 +184,14 @@ class PlanCapabilities(StorageCapabilities):
     async def delete_where(
         self, predicate: Predicate, *, batch_size: int = 500, prefix_only: bool = False
     ) -> int:
-        total, after = 0, None
+        total: int = 0
+        after: Any = None
         while True:
-            start = after
-            deleted, after, stop = await self.run(
-                lambda: delete_where_batch(self.table(), predicate, batch_size, start, prefix_only)
-            )
-            total += deleted
+
+            def batch(start: Any = after) -> Plan:
+                return delete_where_batch(self.table(), predicate, batch_size, start, prefix_only)
+
+            deleted, after, stop = await self.run(batch)
+            total += int(deleted)
             if stop or after is None:
                 return total

@@ -36,7 +36,7 @@ class SQLAlchemyCapabilities(sql.PlanCapabilities):
 
                 async def execute(statement: str, params: dict[str, Any]) -> list[Any]:
                     result = await sess.execute(text(statement), params)
-                    return list(result.all()) if result.returns_rows else []
+                    return list(result.all()) if result.returns_rows else []  # type: ignore[attr-defined]
 
                 return await sql.run_async(execute, make_plan())
 

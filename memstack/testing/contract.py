@@ -19,6 +19,7 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from agents.items import TResponseInputItem
 from agents.memory import Session
 
 __all__ = ["CONTRACT_CHECKS", "SessionFactory", "run_contract", "sample_items"]
@@ -27,9 +28,9 @@ SessionFactory = Callable[[str], "Session | Awaitable[Session]"]
 Check = Callable[[SessionFactory], Awaitable[None]]
 
 
-def sample_items(count: int, tag: str = "m") -> list[dict[str, Any]]:
+def sample_items(count: int, tag: str = "m") -> list[TResponseInputItem]:
     """Distinct, realistic items: user/assistant turns with tool calls in between."""
-    items: list[dict[str, Any]] = []
+    items: list[Any] = []
     for i in range(count):
         kind = i % 4
         if kind == 0:
@@ -156,7 +157,7 @@ async def check_reopen_sees_history(factory: SessionFactory) -> None:
 
 async def check_faithful_round_trip(factory: SessionFactory) -> None:
     session = await _open(factory)
-    items: list[dict[str, Any]] = [
+    items: list[Any] = [
         {"role": "user", "content": 'héllo wörld — 你好 🚀 "quotes" \\ back\nnew line'},
         {
             "role": "user",

@@ -37,7 +37,7 @@ def get_weather(city: str) -> str:
 
 
 def _texts(items: list[Any]) -> list[str]:
-    texts = []
+    texts: list[str] = []
     for item in items:
         content = item.get("content")
         if item.get("role") == "assistant" and isinstance(content, list):
@@ -75,8 +75,7 @@ def _converse(loop: asyncio.AbstractEventLoop, session: Session) -> list[Any]:
             EXPECTED_TURNS[2],
         ]
     )
-    agent = Agent(name="weather", instructions="Answer briefly.", model=model,
-                  tools=[get_weather])
+    agent = Agent(name="weather", instructions="Answer briefly.", model=model, tools=[get_weather])
     config = RunConfig(tracing_disabled=True)
 
     run = loop.run_until_complete
@@ -105,8 +104,8 @@ def _converse(loop: asyncio.AbstractEventLoop, session: Session) -> list[Any]:
     assert history_problems(stored) == [], history_problems(stored)
 
     # Undo the last turn: the assistant reply, then the user message.
-    assert (run(session.pop_item()) or {}).get("role") == "assistant"
-    assert (run(session.pop_item()) or {}).get("content") == "Thanks"
+    popped: list[Any] = [run(session.pop_item()), run(session.pop_item())]
+    assert popped[0]["role"] == "assistant" and popped[1]["content"] == "Thanks", popped
     after: list[Any] = run(session.get_items())
     assert after == stored[:-2]
     run(session.clear_session())

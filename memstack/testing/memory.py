@@ -62,7 +62,7 @@ class InMemorySession:
         self.rows.clear()
 
     def storage_capabilities(self) -> StorageCapabilities:
-        return InMemoryCapabilities(self)  # type: ignore[arg-type]
+        return InMemoryCapabilities(self)
 
     def __repr__(self) -> str:
         return f"InMemorySession(session_id={self.session_id!r})"
@@ -71,7 +71,7 @@ class InMemorySession:
 class InMemoryCapabilities(StorageCapabilities):
     """Atomic by construction: no operation awaits between its read and its write."""
 
-    session: InMemorySession  # type: ignore[assignment]
+    session: InMemorySession
 
     async def count(self) -> int:
         return len(self.session.rows)

@@ -104,7 +104,7 @@ class ScriptedModel(Model):
             output=list(output), usage=self._usage(input, output), response_id=None
         )
 
-    async def stream_response(  # type: ignore[override]
+    async def stream_response(
         self,
         system_instructions: str | None,
         input: str | list[TResponseInputItem],
