@@ -1,0 +1,45 @@
+"""A minimal third-party Session, as a user might write one."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from memstack.testing.contract import run_contract
+
+
+class PlainSession:
+    def __init__(self, session_id: str = "plain") -> None:
+        self.session_id = session_id
+        self.session_settings = None
+        self.items: list[Any] = []
+
+    async def get_items(self, limit: int | None = None) -> list[Any]:
+        if limit is None:
+            return list(self.items)
+        return self.items[-limit:] if limit > 0 else []
+
+    async def add_items(self, items: list[Any]) -> None:
+        self.items.extend(items)
+
+    async def pop_item(self) -> Any:
+        return self.items.pop() if self.items else None
+
+    async def clear_session(self) -> None:
+        self.items.clear()
+
+
+async def test_contract_helper_accepts_a_users_session():
+    stores: dict[str, PlainSession] = {}
+    await run_contract(lambda sid: stores.setdefault(sid, PlainSession(sid)))
+
+
+async def test_contract_helper_catches_a_broken_session():
+    class Broken(PlainSession):
+        async def pop_item(self) -> Any:
+            return self.items.pop(0) if self.items else None  # pops the oldest
+
+    import pytest
+
+    stores: dict[str, PlainSession] = {}
+    with pytest.raises(AssertionError, match="check_pop_item"):
+        await run_contract(lambda sid: stores.setdefault(sid, Broken(sid)))

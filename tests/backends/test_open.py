@@ -1,0 +1,63 @@
+"""open_backend: URLs to the SDK's own session classes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from agents.extensions.memory import AsyncSQLiteSession, RedisSession, SQLAlchemySession
+from agents.memory import SQLiteSession
+
+from memstack import ConfigurationError, open_backend
+
+from ..conftest import MYSQL_URL, require_service
+
+
+def test_sqlite_urls(tmp_path: Path):
+    assert open_backend("sqlite://:memory:", "s").db_path == ":memory:"
+    assert open_backend("sqlite://", "s").db_path == ":memory:"
+    file = open_backend(f"sqlite:///{tmp_path}/a.db", "s")
+    assert isinstance(file, SQLiteSession) and file.db_path == f"{tmp_path}/a.db"
+    assert isinstance(open_backend(f"aiosqlite:///{tmp_path}/b.db", "s"), AsyncSQLiteSession)
+
+
+async def test_sqlalchemy_and_redis_urls(tmp_path: Path):
+    sa = open_backend(f"sqlite+aiosqlite:///{tmp_path}/c.db", "s")
+    assert isinstance(sa, SQLAlchemySession)
+    pg = open_backend("postgresql://u@127.0.0.1/db", "s")
+    assert isinstance(pg, SQLAlchemySession) and pg.engine.dialect.driver == "asyncpg"
+    my = open_backend("mysql://u@127.0.0.1/db", "s")
+    assert my.engine.dialect.driver == "aiomysql"
+    assert isinstance(open_backend("redis://127.0.0.1:6379/0", "s"), RedisSession)
+    for session in (sa, pg, my):
+        await session.engine.dispose()
+
+
+async def test_mariadb_tables_are_created_with_lengths():
+    require_service("MariaDB", MYSQL_URL)
+    session = open_backend(MYSQL_URL, "mysql-tables", messages_table="memstack_probe_messages",
+                           sessions_table="memstack_probe_sessions")
+    big = {"role": "user", "content": "y" * 200_000}  # over MySQL TEXT's 64 KiB
+    await session.add_items([big])
+    assert await session.get_items() == [big]
+    await session.clear_session()
+    await session.engine.dispose()
+
+
+@pytest.mark.parametrize(
+    ("url", "message"),
+    [
+        ("no-scheme", "is not a URL"),
+        ("sqlite:relative.db", "is not a URL"),
+        ("sqlite://relative.db", "write sqlite:///relative.db"),
+        ("nosuchdb+nodriver://x", "cannot open nosuchdb\\+nodriver:// URLs"),
+    ],
+)
+def test_bad_urls(url: str, message: str):
+    with pytest.raises(ConfigurationError, match=message):
+        open_backend(url, "s")
+
+
+def test_session_id_required():
+    with pytest.raises(ConfigurationError, match="session_id must be a non-empty string"):
+        open_backend("sqlite://:memory:", "")

@@ -1,0 +1,140 @@
+"""The layer base: identity, wrapper forwarding, chain walking, repr, error translation."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from agents import RunContextWrapper
+from agents.memory import SessionSettings, SQLiteSession
+
+from memstack import (
+    BackendError,
+    ConfigurationError,
+    PassthroughSession,
+    SessionLayer,
+    find,
+    iter_chain,
+    open_backend,
+)
+from memstack.testing import InMemorySession
+
+
+class LegacySession:
+    """A Session that predates the SDK's ``wrapper`` argument."""
+
+    def __init__(self) -> None:
+        self.session_id = "legacy"
+        self.session_settings = SessionSettings()
+        self.items: list[Any] = []
+
+    async def get_items(self, limit: int | None = None) -> list[Any]:
+        return self.items[-limit:] if limit else list(self.items)
+
+    async def add_items(self, items: list[Any]) -> None:
+        self.items.extend(items)
+
+    async def pop_item(self) -> Any:
+        return self.items.pop() if self.items else None
+
+    async def clear_session(self) -> None:
+        self.items.clear()
+
+
+def test_session_id_comes_from_the_store():
+    stack = PassthroughSession(PassthroughSession(InMemorySession("abc")))
+    assert stack.session_id == "abc"
+
+
+def test_session_settings_are_the_stores():
+    store = InMemorySession("s")
+    stack = PassthroughSession(store)
+    assert stack.session_settings is store.session_settings
+    stack.session_settings = SessionSettings(limit=3)
+    assert store.session_settings == SessionSettings(limit=3)
+
+
+async def test_wrapper_reaches_a_store_that_declares_it():
+    store = InMemorySession("s")
+    stack = PassthroughSession(PassthroughSession(store))
+    wrapper = RunContextWrapper(context={"user": 1})
+    await stack.add_items([{"role": "user", "content": "x"}], wrapper=wrapper)
+    assert store.last_wrapper is wrapper
+    await stack.get_items(wrapper=wrapper)
+    assert store.last_wrapper is wrapper
+    await stack.get_items()
+    assert store.last_wrapper is None
+
+
+async def test_wrapper_is_not_passed_to_a_store_that_does_not_declare_it():
+    store = LegacySession()
+    stack = PassthroughSession(store)
+    wrapper = RunContextWrapper(context=None)
+    await stack.add_items([{"role": "user", "content": "x"}], wrapper=wrapper)
+    assert await stack.get_items(wrapper=wrapper) == [{"role": "user", "content": "x"}]
+    assert await stack.pop_item(wrapper=wrapper) == {"role": "user", "content": "x"}
+    await stack.clear_session(wrapper=wrapper)
+
+
+def test_layers_declare_wrapper_so_the_sdk_passes_it():
+    from agents.memory.session import _session_accepts_wrapper
+
+    assert _session_accepts_wrapper(PassthroughSession(LegacySession()))
+
+
+def test_walking_the_chain_reaches_the_backend():
+    store = SQLiteSession("s")
+    inner = PassthroughSession(store)
+    top = PassthroughSession(inner)
+    assert list(top) == [top, inner, store]
+    assert list(iter_chain(store)) == [store]
+    assert top.backend is store
+    assert top.find(SQLiteSession) is store
+    assert find(top, PassthroughSession) is top
+    assert top.find(InMemorySession) is None
+
+
+def test_repr_shows_the_chain_bottom_to_top():
+    stack = PassthroughSession(PassthroughSession(SQLiteSession("s1", db_path=":memory:")))
+    assert repr(stack) == (
+        "SQLiteSession(session_id='s1', db_path=':memory:') → PassthroughSession() → "
+        "PassthroughSession()"
+    )
+
+
+def test_repr_hides_passwords_in_urls():
+    store = open_backend("postgresql://app:hunter2@127.0.0.1:1/db", "s")
+    assert "hunter2" not in repr(PassthroughSession(store))
+
+
+def test_inner_must_be_a_session():
+    with pytest.raises(ConfigurationError, match="PassthroughSession: inner must be an Agents"):
+        PassthroughSession(object())  # type: ignore[arg-type]
+
+
+async def test_unreachable_database_raises_backend_error_naming_the_layer():
+    # Nothing listens on port 1 of loopback.
+    store = open_backend("postgresql://postgres@127.0.0.1:1/test", "s")
+    stack = PassthroughSession(store)
+    with pytest.raises(BackendError) as caught:
+        await stack.get_items()
+    message = str(caught.value)
+    assert message.startswith("PassthroughSession session 's': SQLAlchemySession failed:")
+    assert caught.value.__cause__ is not None
+    await store.engine.dispose()
+
+
+async def test_memstack_errors_pass_through_layers_unchanged():
+    class Failing(SessionLayer):
+        async def get_items(self, limit=None, *, wrapper=None):
+            raise ConfigurationError("bad", layer="Failing")
+
+    with pytest.raises(ConfigurationError, match="^Failing: bad$"):
+        await PassthroughSession(Failing(InMemorySession("s"))).get_items()
+
+
+async def test_layer_methods_keep_their_signature_for_the_sdk():
+    import inspect
+
+    params = inspect.signature(PassthroughSession.get_items).parameters
+    assert list(params) == ["self", "limit", "wrapper"]
