@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 
     from memstack.backends.capabilities import StorageCapabilities
 
-__all__ = ["SessionLayer", "describe", "find", "iter_chain"]
+__all__ = ["SessionLayer", "describe", "find", "full_history_layer", "iter_chain"]
 
 T = TypeVar("T")
 
@@ -82,6 +82,9 @@ class SessionLayer:
     #: True when this layer stores items in another form than it returns them
     #: (encryption, TTL stamps); the store's raw capabilities then do not apply as-is.
     transforms_items: ClassVar[bool] = False
+    #: True when ``get_items`` returns a view (a window, a summary) rather than the whole
+    #: stored history; export, import and maintenance work below such layers.
+    view_only: ClassVar[bool] = False
 
     def __init__(self, inner: Session) -> None:
         if not isinstance(inner, Session):
@@ -174,6 +177,14 @@ def iter_chain(session: Session) -> Iterator[Session]:
     while current is not None:
         yield current
         current = current.inner if isinstance(current, SessionLayer) else None
+
+
+def full_history_layer(session: Session) -> Session:
+    """The highest session in the chain whose ``get_items`` is the whole history."""
+    for candidate in iter_chain(session):
+        if not (isinstance(candidate, SessionLayer) and candidate.view_only):
+            return candidate
+    raise AssertionError("unreachable: the backend is never a view")
 
 
 def find(session: Session, kind: type[T]) -> T | None:

@@ -23,11 +23,12 @@ from agents.memory import Session
 from memstack.base import SessionLayer
 from memstack.errors import ConfigurationError
 
-__all__ = ["LAYERS", "LayerSpec", "build_stack", "resolve_layer"]
+__all__ = ["LAYERS", "LayerSpec", "build_stack", "check_options", "resolve_layer"]
 
 # Layer name -> "module:Class", imported on first use so unused layers cost nothing.
 LAYERS: dict[str, str] = {
     "passthrough": "memstack.layers.passthrough:PassthroughSession",
+    "encrypted": "memstack.layers.encrypted:EncryptedSession",
 }
 
 
@@ -53,7 +54,8 @@ def resolve_layer(layer: str | type[SessionLayer]) -> type[SessionLayer]:
     return cls
 
 
-def _check_options(cls: type[SessionLayer], options: Mapping[str, Any]) -> None:
+def check_options(cls: type[SessionLayer], options: Mapping[str, Any]) -> None:
+    """Refuse option names the layer's constructor does not take, listing those it does."""
     params = inspect.signature(cls.__init__).parameters
     if any(p.kind is p.VAR_KEYWORD for p in params.values()):
         return
@@ -73,6 +75,6 @@ def build_stack(base: Session, specs: Iterable[LayerSpec | str | type[SessionLay
         if not isinstance(spec, LayerSpec):
             spec = LayerSpec(spec)
         cls = resolve_layer(spec.layer)
-        _check_options(cls, spec.options)
+        check_options(cls, spec.options)
         session = cls(session, **spec.options)
     return session

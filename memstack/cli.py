@@ -1,0 +1,277 @@
+"""The ``memstack`` command line: recipes, sessions, maintenance, the demo.
+
+    $ memstack validate recipes/dev-sqlite.toml
+    $ memstack inspect recipes/dev-sqlite.toml --session user-42
+    $ memstack export recipes/dev-sqlite.toml --session user-42 -o user-42.jsonl
+
+Exit codes: 0 success; 1 the operation failed (store unreachable, wrong key, …);
+2 bad usage or an invalid recipe. Errors are one line on stderr; ``--debug`` adds the
+traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from collections.abc import Callable, Coroutine, Iterable, Sequence
+from pathlib import Path
+from typing import Any, TextIO
+
+from agents.memory import Session
+
+from memstack import __version__
+from memstack.base import SessionLayer, full_history_layer, iter_chain
+from memstack.errors import ConfigurationError, MemstackError
+from memstack.history import item_type, validate_items
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+_IMPORT_BATCH = 500
+
+Command = Callable[[argparse.Namespace], Coroutine[Any, Any, int]]
+
+
+def _table(headers: Sequence[str], rows: Iterable[Sequence[object]]) -> str:
+    cells = [list(map(str, headers)), *[list(map(str, row)) for row in rows]]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+    lines = ["  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True))
+             for row in cells]
+    lines.insert(1, "  ".join("-" * width for width in widths))
+    return "\n".join(line.rstrip() for line in lines)
+
+
+def _progress(total: int | None, label: str) -> Any:
+    """A progress bar on stderr when tqdm is installed (the bench extra), else nothing."""
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        return None
+    return tqdm(total=total, desc=label, unit="item", file=sys.stderr, leave=False)
+
+
+def _open(args: argparse.Namespace) -> Session:
+    from memstack.recipes import load_recipe
+
+    overrides = {"url": args.url} if getattr(args, "url", None) else {}
+    return load_recipe(args.recipe, **overrides).build(args.session)
+
+
+async def _close(session: Session) -> None:
+    backend = list(iter_chain(session))[-1]
+    close = getattr(backend, "close", None)
+    if callable(close):
+        result = close()
+        if asyncio.iscoroutine(result):
+            await result
+    engine = getattr(backend, "engine", None)
+    if engine is not None:
+        await engine.dispose()
+
+
+def _label(session: Session) -> str:
+    return type(session).__name__
+
+
+async def cmd_validate(args: argparse.Namespace) -> int:
+    from memstack.recipes import load_recipe
+
+    recipe = load_recipe(args.recipe)
+    recipe.validate()
+    print(f"ok: {recipe.source}")
+    print(f"stack (bottom → top): {recipe.describe()}")
+    return EXIT_OK
+
+
+async def cmd_inspect(args: argparse.Namespace) -> int:
+    from memstack.tokens import TokenCounter
+
+    counter = TokenCounter(args.model)
+    stack = _open(args)
+    try:
+        rows = []
+        for session in iter_chain(stack):
+            items = await session.get_items()
+            rows.append((_label(session), len(items), counter.count_items(items)))
+        print(f"session {stack.session_id!r}: {stack!r}\n")
+        print(_table(["layer (top → store)", "items", "tokens"], rows))
+        view = await stack.get_items(args.limit)
+        print(f"\nwhat the model is sent ({len(view)} items):")
+        print(_table(
+            ["#", "kind", "tokens", "content"],
+            [(n, item_type(item) if "type" in item else item.get("role", "?"),
+              counter.count_items([item]), json.dumps(item, ensure_ascii=False)[:60])
+             for n, item in enumerate(view)],
+        ))
+    finally:
+        await _close(stack)
+    return EXIT_OK
+
+
+async def cmd_stats(args: argparse.Namespace) -> int:
+    from memstack.backends import capabilities_of
+    from memstack.tokens import TokenCounter
+
+    counter = TokenCounter(args.model)
+    stack = _open(args)
+    try:
+        history = await full_history_layer(stack).get_items()
+        view = await stack.get_items()
+        caps = capabilities_of(list(iter_chain(stack))[-1])
+        rows = [
+            ("stored rows", await caps.count()),
+            ("history items", len(history)),
+            ("history tokens", counter.count_items(history)),
+            ("view items", len(view)),
+            ("view tokens", counter.count_items(view)),
+            ("store adapter", f"{type(caps).__name__} (atomic={caps.atomic})"),
+        ]
+        print(_table(["stat", "value"], rows))
+    finally:
+        await _close(stack)
+    return EXIT_OK
+
+
+def _find_method(stack: Session, method: str) -> Any:
+    for session in iter_chain(stack):
+        if isinstance(session, SessionLayer) and callable(getattr(session, method, None)):
+            return getattr(session, method)
+    raise ConfigurationError(f"no layer in this recipe has {method}()")
+
+
+async def cmd_purge(args: argparse.Namespace) -> int:
+    stack = _open(args)
+    try:
+        purged = await _find_method(stack, "purge_expired")()
+        print(f"purged {purged} expired items from session {stack.session_id!r}")
+    finally:
+        await _close(stack)
+    return EXIT_OK
+
+
+async def cmd_rotate(args: argparse.Namespace) -> int:
+    stack = _open(args)
+    try:
+        rotated = await _find_method(stack, "rotate")()
+        print(f"re-encrypted {rotated} items of session {stack.session_id!r} under the active key")
+    finally:
+        await _close(stack)
+    return EXIT_OK
+
+
+async def cmd_export(args: argparse.Namespace) -> int:
+    stack = _open(args)
+    try:
+        items = await full_history_layer(stack).get_items()
+        out: TextIO = open(args.output, "w", encoding="utf-8") if args.output else sys.stdout
+        try:
+            for item in items:
+                out.write(json.dumps(item, ensure_ascii=False) + "\n")
+        finally:
+            if out is not sys.stdout:
+                out.close()
+        print(f"exported {len(items)} items of session {stack.session_id!r}", file=sys.stderr)
+    finally:
+        await _close(stack)
+    return EXIT_OK
+
+
+async def cmd_import(args: argparse.Namespace) -> int:
+    path = Path(args.file)
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except OSError as exc:
+        raise ConfigurationError(f"{path}: cannot read: {exc.strerror}") from exc
+    items = []
+    for number, line in enumerate(lines, start=1):
+        if line.strip():
+            try:
+                items.append(json.loads(line))
+            except json.JSONDecodeError as exc:
+                raise ConfigurationError(f"{path}:{number}: not JSON: {exc.msg}") from exc
+    validate_items(items)
+    stack = _open(args)
+    try:
+        target = full_history_layer(stack)
+        if args.replace:
+            await target.clear_session()
+        bar = _progress(len(items), "import")
+        for start in range(0, len(items), _IMPORT_BATCH):
+            batch = items[start : start + _IMPORT_BATCH]
+            await target.add_items(batch)
+            if bar is not None:
+                bar.update(len(batch))
+        if bar is not None:
+            bar.close()
+        print(f"imported {len(items)} items into session {stack.session_id!r}")
+    finally:
+        await _close(stack)
+    return EXIT_OK
+
+
+async def cmd_demo(args: argparse.Namespace) -> int:
+    from memstack.demo import run_demo
+
+    await run_demo(args.url, session_id=args.session)
+    return EXIT_OK
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="memstack", description="Composable session layers for the OpenAI Agents SDK."
+    )
+    parser.add_argument("--version", action="version", version=f"memstack {__version__}")
+    parser.add_argument("--debug", action="store_true", help="show tracebacks on errors")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def add(name: str, handler: Command, help: str, *, session: bool = True) -> Any:
+        sub = commands.add_parser(name, help=help, description=help)
+        sub.set_defaults(handler=handler)
+        if session:
+            sub.add_argument("recipe", help="recipe file (TOML)")
+            sub.add_argument("--session", required=True, help="session id")
+            sub.add_argument("--url", help="store URL, overriding the recipe's")
+        return sub
+
+    validate = add("validate", cmd_validate, "validate a recipe and show its stack",
+                   session=False)
+    validate.add_argument("recipe", help="recipe file (TOML)")
+    for name, handler, text in (
+        ("inspect", cmd_inspect, "show a session's items and what each layer shows"),
+        ("stats", cmd_stats, "counts and token totals of a session"),
+    ):
+        sub = add(name, handler, text)
+        sub.add_argument("--model", default="gpt-4.1", help="model whose tokenizer to count with")
+        if name == "inspect":
+            sub.add_argument("--limit", type=int, help="show only the last N items of the view")
+    add("purge", cmd_purge, "delete a session's expired items now (TTL layer)")
+    add("rotate", cmd_rotate, "re-encrypt a session under the active key (Encrypted layer)")
+    export = add("export", cmd_export, "write a session's full history as JSON Lines")
+    export.add_argument("-o", "--output", help="file to write (default: standard output)")
+    imp = add("import", cmd_import, "add items from a JSON Lines file to a session")
+    imp.add_argument("file", help="JSON Lines file, one item per line")
+    imp.add_argument("--replace", action="store_true", help="clear the session first")
+    demo = add("demo", cmd_demo, "run a multi-turn agent conversation through a stack",
+               session=False)
+    demo.add_argument("--url", default="sqlite:///memstack-demo.db", help="store URL")
+    demo.add_argument("--session", default="demo", help="session id")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        return asyncio.run(args.handler(args))
+    except KeyboardInterrupt:
+        return 130
+    except Exception as exc:  # one line for every failure; the traceback on --debug
+        if args.debug:
+            raise
+        usage = isinstance(exc, ConfigurationError)
+        kind = "" if isinstance(exc, MemstackError) else f"{type(exc).__name__}: "
+        print(f"memstack: error: {kind}{exc}".splitlines()[0], file=sys.stderr)
+        return EXIT_USAGE if usage else EXIT_FAILED
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,194 @@
+"""Recipes: a TOML file (or mapping) that names a store and the layers over it.
+
+    >>> from memstack.recipes import from_recipe
+    >>> stack = from_recipe(
+    ...     {"backend": {"url": "sqlite://:memory:"}, "layers": [{"layer": "passthrough"}]},
+    ...     session_id="u1",
+    ... )
+    >>> stack
+    SQLiteSession(session_id='u1', db_path=':memory:') → PassthroughSession()
+
+A recipe has a ``[backend]`` table (``url`` plus options for ``open_backend``) and an
+ordered ``[[layers]]`` array, bottom to top; each entry's ``layer`` names the layer and
+every other key is an option. Secrets never live in the file: an option that holds one
+(``key``, ``password``, …) must be ``{ env = "NAME" }`` or
+``{ provider = "module:function", … }``; a literal value is refused. Durations may be
+written ``"30d"``, ``"12h"``, ``"15m"``, ``"90s"``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import timedelta
+from importlib import import_module
+from pathlib import Path
+from typing import Any
+
+from agents.memory import Session
+
+from memstack.backends import open_backend
+from memstack.errors import ConfigurationError, RecipeError
+from memstack.stack import LAYERS, LayerSpec, build_stack, check_options, resolve_layer
+
+__all__ = ["Recipe", "from_recipe", "load_recipe"]
+
+SECRET_OPTIONS = frozenset(
+    {"key", "keys", "keyring", "password", "secret", "api_key", "legacy_sdk_key"}
+)
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h|d|w)\s*$")
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """A validated recipe: where it came from, its store URL and options, its layers."""
+
+    source: str
+    url: str
+    backend_options: Mapping[str, Any]
+    layers: tuple[LayerSpec, ...]
+
+    def build(self, session_id: str) -> Session:
+        """Open the store for ``session_id`` and stack the layers over it."""
+        try:
+            store = open_backend(self.url, session_id, **self.backend_options)
+        except ConfigurationError as exc:
+            raise RecipeError(f"{self.source}: [backend]: {exc}") from exc
+        return self._stack(store)
+
+    def _stack(self, session: Session) -> Session:
+        for index, spec in enumerate(self.layers):
+            try:
+                session = build_stack(session, [spec])
+            except ConfigurationError as exc:
+                raise RecipeError(f"{self.source}: {_where(index, spec.layer)}: {exc}") from exc
+        return session
+
+    def validate(self) -> None:
+        """Construct every layer over an in-memory store: checks option values offline."""
+        from memstack.testing.memory import InMemorySession
+
+        self._stack(InMemorySession("recipe-validation"))
+
+    def describe(self) -> str:
+        """The chain bottom to top, as ``repr`` of a built stack would show it."""
+        parts = [f"store({self.url})"]
+        for spec in self.layers:
+            name = spec.layer if isinstance(spec.layer, str) else spec.layer.__name__
+            options = ", ".join(
+                f"{key}={'<secret>' if key in SECRET_OPTIONS else value!r}"
+                for key, value in spec.options.items()
+            )
+            parts.append(f"{name}({options})")
+        return " → ".join(parts)
+
+
+def _where(index: int, layer: object) -> str:
+    return f"layers[{index}] ({layer})"
+
+
+def _resolve_value(value: Any, *, source: str, where: str, field: str) -> Any:
+    """Turn ``{env=…}`` / ``{provider=…}`` references and durations into values."""
+    if isinstance(value, Mapping) and set(value) & {"env", "provider"}:
+        if "env" in value:
+            name = value["env"]
+            if name not in os.environ:
+                raise RecipeError(
+                    f"{source}: {where}: field {field!r} reads environment variable "
+                    f"{name!r}, which is not set"
+                )
+            return os.environ[name]
+        target = str(value["provider"])
+        module, _, attr = target.partition(":")
+        try:
+            provider = getattr(import_module(module), attr)
+        except (ImportError, AttributeError, ValueError) as exc:
+            raise RecipeError(
+                f"{source}: {where}: field {field!r}: key provider {target!r} not found "
+                '(write provider = "package.module:function")'
+            ) from exc
+        params = {k: v for k, v in value.items() if k != "provider"}
+        return provider(**params)
+    if field in SECRET_OPTIONS:
+        raise RecipeError(
+            f"{source}: {where}: field {field!r} holds a secret; inline secrets are refused, "
+            f'write {field} = {{ env = "NAME" }} or {{ provider = "module:function" }}'
+        )
+    if isinstance(value, str) and (match := _DURATION.match(value)) and "ttl" in field:
+        return timedelta(seconds=float(match[1]) * _UNITS[match[2]])
+    return value
+
+
+def load_recipe(recipe: str | Path | Mapping[str, Any], **overrides: Any) -> Recipe:
+    """Parse and validate a recipe; ``overrides`` replace ``url`` or a layer's options.
+
+    ``url="…"`` replaces the store URL; ``<layer name>={…}`` updates that layer's
+    options (``window={"max_tokens": 4000}``).
+    """
+    if isinstance(recipe, Mapping):
+        source, data = "<recipe>", dict(recipe)
+    else:
+        source = str(recipe)
+        try:
+            data = tomllib.loads(Path(recipe).read_text(encoding="utf-8"))
+        except FileNotFoundError as exc:
+            raise RecipeError(f"{source}: no such recipe file") from exc
+        except tomllib.TOMLDecodeError as exc:
+            raise RecipeError(f"{source}: not valid TOML: {exc}") from exc
+    unknown = sorted(set(data) - {"backend", "layers", "description"})
+    if unknown:
+        raise RecipeError(
+            f"{source}: unknown top-level key(s) {', '.join(unknown)}; "
+            "allowed: backend, layers, description"
+        )
+    backend = dict(data.get("backend") or {})
+    url = overrides.pop("url", None) or backend.pop("url", None)
+    backend.pop("url", None)
+    if not isinstance(url, str) or not url:
+        raise RecipeError(f"{source}: [backend]: field 'url' is required (a store URL)")
+    backend_options = {
+        field: _resolve_value(value, source=source, where="[backend]", field=field)
+        for field, value in backend.items()
+    }
+    raw_layers = data.get("layers") or []
+    if not isinstance(raw_layers, list):
+        raise RecipeError(f"{source}: 'layers' must be an array of tables ([[layers]])")
+    specs = []
+    for index, entry in enumerate(raw_layers):
+        if not isinstance(entry, Mapping) or "layer" not in entry:
+            raise RecipeError(
+                f"{source}: layers[{index}]: field 'layer' is required; "
+                f"allowed layers: {', '.join(sorted(LAYERS))}"
+            )
+        name = entry["layer"]
+        where = _where(index, name)
+        options = {key: value for key, value in entry.items() if key != "layer"}
+        options.update(overrides.get(name, {}))
+        try:
+            check_options(resolve_layer(name), options)
+        except ConfigurationError as exc:
+            raise RecipeError(f"{source}: {where}: {exc}") from exc
+        resolved = {
+            field: _resolve_value(value, source=source, where=where, field=field)
+            for field, value in options.items()
+        }
+        specs.append(LayerSpec(name, resolved))
+    leftover = sorted(
+        set(overrides) - {spec.layer for spec in specs if isinstance(spec.layer, str)}
+    )
+    if leftover:
+        raise RecipeError(
+            f"{source}: overrides for layers not in the recipe: {', '.join(leftover)}"
+        )
+    return Recipe(source, url, backend_options, tuple(specs))
+
+
+def from_recipe(
+    recipe: str | Path | Mapping[str, Any], *, session_id: str, **overrides: Any
+) -> Session:
+    """Build the stack a recipe describes, for ``session_id``."""
+    return load_recipe(recipe, **overrides).build(session_id)

@@ -1,0 +1,125 @@
+"""Recipes: loading, validation messages, secrets, overrides."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from memstack import PassthroughSession, RecipeError, SessionLayer
+from memstack.recipes import from_recipe, load_recipe
+from memstack.stack import LAYERS
+
+
+class Keyed(SessionLayer):
+    """A layer with a secret option and a duration, for recipe tests."""
+
+    def __init__(self, inner, *, key: str = "", ttl: timedelta | float = 0, size: int = 1):
+        super().__init__(inner)
+        if size < 1:
+            from memstack import ConfigurationError
+
+            raise ConfigurationError(f"size must be >= 1, got {size}", layer="Keyed")
+        self.key, self.ttl, self.size = key, ttl, size
+
+
+@pytest.fixture(autouse=True)
+def keyed_layer(monkeypatch):
+    monkeypatch.setitem(LAYERS, "keyed", f"{__name__}:Keyed")
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "recipe.toml"
+    path.write_text(text)
+    return path
+
+
+def test_builds_bottom_to_top(tmp_path: Path):
+    path = write(tmp_path, f"""
+[backend]
+url = "sqlite:///{tmp_path}/r.db"
+
+[[layers]]
+layer = "passthrough"
+
+[[layers]]
+layer = "keyed"
+size = 3
+""")
+    stack = from_recipe(path, session_id="u1")
+    assert isinstance(stack, Keyed) and stack.size == 3
+    assert isinstance(stack.inner, PassthroughSession)
+    assert stack.session_id == "u1"
+
+
+def test_secrets_come_from_the_environment(monkeypatch, tmp_path: Path):
+    monkeypatch.setenv("RECIPE_TEST_KEY", "s3cret")
+    stack = from_recipe(
+        {"backend": {"url": "sqlite://:memory:"},
+         "layers": [{"layer": "keyed", "key": {"env": "RECIPE_TEST_KEY"}, "ttl": "30d"}]},
+        session_id="u1",
+    )
+    assert stack.key == "s3cret" and stack.ttl == timedelta(days=30)
+    assert "s3cret" not in load_recipe(
+        {"backend": {"url": "sqlite://"}, "layers": [{"layer": "keyed", "key": {"env": "RECIPE_TEST_KEY"}}]}
+    ).describe()
+
+
+def provide_key(name: str) -> str:
+    return f"from-provider-{name}"
+
+
+def test_secrets_from_a_named_provider():
+    stack = from_recipe(
+        {"backend": {"url": "sqlite://"},
+         "layers": [{"layer": "keyed", "key": {"provider": f"{__name__}:provide_key", "name": "k1"}}]},
+        session_id="u1",
+    )
+    assert stack.key == "from-provider-k1"
+
+
+@pytest.mark.parametrize(
+    ("layers", "message"),
+    [
+        ([{"layer": "keyed", "key": "inline"}],
+         r"layers\[0\] \(keyed\): field 'key' holds a secret; inline secrets are refused"),
+        ([{"layer": "keyed", "key": {"env": "MEMSTACK_SURELY_UNSET"}}],
+         r"layers\[0\] \(keyed\): field 'key' reads environment variable 'MEMSTACK_SURELY_UNSET', which is not set"),
+        ([{"layer": "keyed", "colour": 1}],
+         r"layers\[0\] \(keyed\): Keyed: unknown option\(s\) colour; allowed: key, ttl, size"),
+        ([{"layer": "nope"}], r"layers\[0\] \(nope\): unknown layer 'nope'; known layers:"),
+        ([{"size": 1}], r"layers\[0\]: field 'layer' is required; allowed layers:"),
+        ([{"layer": "keyed", "key": {"provider": "no.such:thing"}}], r"layers\[0\] \(keyed\): field 'key': key provider 'no.such:thing' not found"),
+    ],
+)
+def test_validation_names_source_layer_and_field(layers, message):
+    with pytest.raises(RecipeError, match=r"^<recipe>: " + message):
+        load_recipe({"backend": {"url": "sqlite://"}, "layers": layers})
+
+
+def test_value_errors_surface_at_validate(tmp_path: Path):
+    recipe = load_recipe({"backend": {"url": "sqlite://"}, "layers": [{"layer": "keyed", "size": 0}]})
+    with pytest.raises(RecipeError, match=r"layers\[0\] \(keyed\): Keyed: size must be >= 1, got 0"):
+        recipe.validate()
+
+
+def test_file_errors(tmp_path: Path):
+    with pytest.raises(RecipeError, match="no such recipe file"):
+        load_recipe(tmp_path / "missing.toml")
+    with pytest.raises(RecipeError, match="not valid TOML"):
+        load_recipe(write(tmp_path, "[backend\nurl="))
+    with pytest.raises(RecipeError, match=r"\[backend\]: field 'url' is required"):
+        load_recipe(write(tmp_path, "[backend]\n"))
+    with pytest.raises(RecipeError, match="unknown top-level key"):
+        load_recipe(write(tmp_path, "[backend]\nurl='sqlite://'\n[extra]\n"))
+
+
+def test_overrides(tmp_path: Path):
+    recipe = load_recipe(
+        {"backend": {"url": "postgresql://prod/db"}, "layers": [{"layer": "keyed", "size": 2}]},
+        url="sqlite://", keyed={"size": 5},
+    )
+    assert recipe.url == "sqlite://" and recipe.layers[0].options["size"] == 5
+    with pytest.raises(RecipeError, match="overrides for layers not in the recipe: window"):
+        load_recipe({"backend": {"url": "sqlite://"}, "layers": []}, window={"max_items": 1})
