@@ -17,7 +17,7 @@ import json
 import sys
 from collections.abc import Callable, Coroutine, Iterable, Sequence
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
 from agents.memory import Session
 
@@ -25,6 +25,7 @@ from memstack import __version__
 from memstack.base import SessionLayer, full_history_layer, iter_chain
 from memstack.errors import ConfigurationError, MemstackError
 from memstack.history import item_type, validate_items
+from memstack.progress import progress_bar
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 _IMPORT_BATCH = 500
@@ -35,19 +36,12 @@ Command = Callable[[argparse.Namespace], Coroutine[Any, Any, int]]
 def _table(headers: Sequence[str], rows: Iterable[Sequence[object]]) -> str:
     cells = [list(map(str, headers)), *[list(map(str, row)) for row in rows]]
     widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
-    lines = ["  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True))
-             for row in cells]
+    lines = [
+        "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True))
+        for row in cells
+    ]
     lines.insert(1, "  ".join("-" * width for width in widths))
     return "\n".join(line.rstrip() for line in lines)
-
-
-def _progress(total: int | None, label: str) -> Any:
-    """A progress bar on stderr when tqdm is installed (the bench extra), else nothing."""
-    try:
-        from tqdm import tqdm
-    except ImportError:
-        return None
-    return tqdm(total=total, desc=label, unit="item", file=sys.stderr, leave=False)
 
 
 def _open(args: argparse.Namespace) -> Session:
@@ -97,12 +91,20 @@ async def cmd_inspect(args: argparse.Namespace) -> int:
         print(_table(["layer (top → store)", "items", "tokens"], rows))
         view = await stack.get_items(args.limit)
         print(f"\nwhat the model is sent ({len(view)} items):")
-        print(_table(
-            ["#", "kind", "tokens", "content"],
-            [(n, item_type(item) if "type" in item else item.get("role", "?"),
-              counter.count_items([item]), json.dumps(item, ensure_ascii=False)[:60])
-             for n, item in enumerate(view)],
-        ))
+        print(
+            _table(
+                ["#", "kind", "tokens", "content"],
+                [
+                    (
+                        n,
+                        item_type(item) if "type" in item else item.get("role", "?"),
+                        counter.count_items([item]),
+                        json.dumps(item, ensure_ascii=False)[:60],
+                    )
+                    for n, item in enumerate(view)
+                ],
+            )
+        )
     finally:
         await _close(stack)
     return EXIT_OK
@@ -163,13 +165,11 @@ async def cmd_export(args: argparse.Namespace) -> int:
     stack = _open(args)
     try:
         items = await full_history_layer(stack).get_items()
-        out: TextIO = open(args.output, "w", encoding="utf-8") if args.output else sys.stdout
-        try:
-            for item in items:
-                out.write(json.dumps(item, ensure_ascii=False) + "\n")
-        finally:
-            if out is not sys.stdout:
-                out.close()
+        text = "".join(json.dumps(item, ensure_ascii=False) + "\n" for item in items)
+        if args.output:
+            await asyncio.to_thread(Path(args.output).write_text, text, encoding="utf-8")
+        else:
+            sys.stdout.write(text)
         print(f"exported {len(items)} items of session {stack.session_id!r}", file=sys.stderr)
     finally:
         await _close(stack)
@@ -179,7 +179,7 @@ async def cmd_export(args: argparse.Namespace) -> int:
 async def cmd_import(args: argparse.Namespace) -> int:
     path = Path(args.file)
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
+        lines = (await asyncio.to_thread(path.read_text, encoding="utf-8")).splitlines()
     except OSError as exc:
         raise ConfigurationError(f"{path}: cannot read: {exc.strerror}") from exc
     items = []
@@ -195,7 +195,7 @@ async def cmd_import(args: argparse.Namespace) -> int:
         target = full_history_layer(stack)
         if args.replace:
             await target.clear_session()
-        bar = _progress(len(items), "import")
+        bar = progress_bar(len(items), "import")
         for start in range(0, len(items), _IMPORT_BATCH):
             batch = items[start : start + _IMPORT_BATCH]
             await target.add_items(batch)
@@ -216,6 +216,19 @@ async def cmd_demo(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+async def cmd_bench(args: argparse.Namespace) -> int:
+    from memstack.bench.tokens_bench import run_tokens_bench
+
+    await run_tokens_bench(
+        [Path(f) for f in args.files] or None,
+        quick=args.quick,
+        model=args.model,
+        prices=Path(args.prices) if args.prices else None,
+        out=Path(args.out),
+    )
+    return EXIT_OK
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="memstack", description="Composable session layers for the OpenAI Agents SDK."
@@ -233,8 +246,7 @@ def _parser() -> argparse.ArgumentParser:
             sub.add_argument("--url", help="store URL, overriding the recipe's")
         return sub
 
-    validate = add("validate", cmd_validate, "validate a recipe and show its stack",
-                   session=False)
+    validate = add("validate", cmd_validate, "validate a recipe and show its stack", session=False)
     validate.add_argument("recipe", help="recipe file (TOML)")
     for name, handler, text in (
         ("inspect", cmd_inspect, "show a session's items and what each layer shows"),
@@ -251,17 +263,33 @@ def _parser() -> argparse.ArgumentParser:
     imp = add("import", cmd_import, "add items from a JSON Lines file to a session")
     imp.add_argument("file", help="JSON Lines file, one item per line")
     imp.add_argument("--replace", action="store_true", help="clear the session first")
-    demo = add("demo", cmd_demo, "run a multi-turn agent conversation through a stack",
-               session=False)
+    demo = add(
+        "demo", cmd_demo, "run a multi-turn agent conversation through a stack", session=False
+    )
     demo.add_argument("--url", default="sqlite:///memstack-demo.db", help="store URL")
     demo.add_argument("--session", default="demo", help="session id")
+    bench = add(
+        "bench", cmd_bench, "benchmarks (see benchmarks/ for overhead, scale, load)", session=False
+    )
+    which = bench.add_subparsers(dest="bench", required=True, metavar="BENCHMARK")
+    tokens = which.add_parser(
+        "tokens",
+        help="replay transcripts through each strategy and price every model call",
+        description="Replay JSONL transcripts turn by turn through baselines and memstack "
+        "stacks; print cost (cache-aware), invalid histories and a retention proxy.",
+    )
+    tokens.add_argument("files", nargs="*", help="JSONL transcripts (default: ../shared/data)")
+    tokens.add_argument("--quick", action="store_true", help="a sample of each file")
+    tokens.add_argument("--model", default="gpt-4o", help="model to tokenise and price for")
+    tokens.add_argument("--prices", help="TOML/JSON price table overriding the defaults")
+    tokens.add_argument("--out", default="bench-results", help="directory for CSV/JSON/PNG")
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
-        return asyncio.run(args.handler(args))
+        return int(asyncio.run(args.handler(args)))
     except KeyboardInterrupt:
         return 130
     except Exception as exc:  # one line for every failure; the traceback on --debug

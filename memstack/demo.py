@@ -20,9 +20,9 @@ from agents.items import TResponseInputItem
 from agents.memory import Session
 from agents.models.interface import Model
 
+from memstack.backends import open_backend
 from memstack.base import SessionLayer
 from memstack.stack import LayerSpec, build_stack
-from memstack.backends import open_backend
 from memstack.testing.model import ScriptedModel, ToolCall
 
 __all__ = ["DEMO_TURNS", "demo_layers", "run_demo"]
@@ -73,7 +73,7 @@ class _Recorder(RunHooks[Any]):
     async def on_llm_start(
         self, context: Any, agent: Any, system_prompt: str | None, input_items: list[Any]
     ) -> None:
-        system = [{"role": "system", "content": system_prompt}] if system_prompt else []
+        system: list[Any] = [{"role": "system", "content": system_prompt}] if system_prompt else []
         self.calls.append([*system, *input_items])
 
 

@@ -58,9 +58,10 @@ class Recipe:
             store = open_backend(self.url, session_id, **self.backend_options)
         except ConfigurationError as exc:
             raise RecipeError(f"{self.source}: [backend]: {exc}") from exc
-        return self._stack(store)
+        return self.stack_over(store)
 
-    def _stack(self, session: Session) -> Session:
+    def stack_over(self, session: Session) -> Session:
+        """These layers over an already open ``session`` (a store or a test double)."""
         for index, spec in enumerate(self.layers):
             try:
                 session = build_stack(session, [spec])
@@ -72,7 +73,7 @@ class Recipe:
         """Construct every layer over an in-memory store: checks option values offline."""
         from memstack.testing.memory import InMemorySession
 
-        self._stack(InMemorySession("recipe-validation"))
+        self.stack_over(InMemorySession("recipe-validation"))
 
     def describe(self) -> str:
         """The chain bottom to top, as ``repr`` of a built stack would show it."""

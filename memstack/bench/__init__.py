@@ -1,0 +1,1 @@
+"""The token-cost benchmark: replay real transcripts through strategies, price every call."""

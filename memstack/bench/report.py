@@ -1,0 +1,148 @@
+"""Benchmark output: the terminal table, CSV and JSON files, and PNG plots."""
+
+from __future__ import annotations
+
+import csv
+import json
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from memstack.bench.quality import Retention
+from memstack.bench.replay import StrategyResult
+
+__all__ = ["summary_rows", "table", "write_outputs"]
+
+HEADERS = [
+    "strategy",
+    "calls",
+    "input Mtok",
+    "cached %",
+    "cost $",
+    "vs full",
+    "invalid",
+    "facts kept",
+    "tool results kept",
+]
+
+
+def summary_rows(results: Sequence[StrategyResult]) -> list[dict[str, Any]]:
+    baseline = next((r for r in results if r.name == "full history"), results[0])
+    base_cost = baseline.total("cost") or 1.0
+    rows = []
+    for result in results:
+        inputs = result.total("input_tokens")
+        rows.append(
+            {
+                "strategy": result.name,
+                "kind": result.kind,
+                "calls": len(result.calls),
+                "input_tokens": int(inputs),
+                "cached_tokens": int(result.total("cached_tokens")),
+                "output_tokens": int(result.total("output_tokens")),
+                "cached_share": result.total("cached_tokens") / inputs if inputs else 0.0,
+                "cost_usd": result.total("cost"),
+                "cost_vs_full": result.total("cost") / base_cost,
+                "invalid_views": result.invalid,
+                "fact_retention": Retention.mean(result.fact_retention),
+                "tool_retention": Retention.mean(result.tool_retention),
+            }
+        )
+    return rows
+
+
+def table(rows: Sequence[dict[str, Any]]) -> str:
+    cells = [HEADERS] + [
+        [
+            row["strategy"],
+            str(row["calls"]),
+            f"{row['input_tokens'] / 1e6:.2f}",
+            f"{row['cached_share'] * 100:.0f}%",
+            f"{row['cost_usd']:.2f}",
+            f"{row['cost_vs_full'] * 100:.0f}%",
+            str(row["invalid_views"]),
+            f"{row['fact_retention'] * 100:.0f}%",
+            f"{row['tool_retention'] * 100:.0f}%",
+        ]
+        for row in rows
+    ]
+    widths = [max(len(line[i]) for line in cells) for i in range(len(HEADERS))]
+    lines = [
+        "  ".join(
+            c.ljust(w) if i == 0 else c.rjust(w)
+            for i, (c, w) in enumerate(zip(line, widths, strict=True))
+        )
+        for line in cells
+    ]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def write_outputs(
+    results: Sequence[StrategyResult],
+    rows: Sequence[dict[str, Any]],
+    out: Path,
+    *,
+    meta: dict[str, Any],
+) -> list[Path]:
+    """``calls.csv`` (one row per call), ``summary.json``, and PNG plots if matplotlib is there."""
+    out.mkdir(parents=True, exist_ok=True)
+    written = [out / "calls.csv", out / "summary.json"]
+    with written[0].open("w", newline="", encoding="utf-8") as file:
+        writer = csv.DictWriter(file, fieldnames=list(asdict(results[0].calls[0])))
+        writer.writeheader()
+        for result in results:
+            writer.writerows(asdict(call) for call in result.calls)
+    written[1].write_text(json.dumps({"meta": meta, "strategies": list(rows)}, indent=2))
+    written.extend(_plots(results, out))
+    return written
+
+
+def _plots(results: Sequence[StrategyResult], out: Path) -> list[Path]:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return []
+    paths = []
+    figure, axis = plt.subplots(figsize=(9, 5))
+    for result in results:
+        by_call: dict[int, float] = defaultdict(float)
+        for call in result.calls:
+            by_call[call.call] += call.cost
+        total, xs, ys = 0.0, [], []
+        for index in sorted(by_call):
+            total += by_call[index]
+            xs.append(index + 1)
+            ys.append(total)
+        axis.plot(xs, ys, label=result.name)
+    axis.set(
+        xlabel="model call within a conversation",
+        ylabel="cumulative cost, all conversations ($)",
+        title="Cumulative cost per call, per strategy",
+    )
+    axis.legend(fontsize=8)
+    figure.tight_layout()
+    paths.append(out / "cumulative_cost.png")
+    figure.savefig(paths[-1], dpi=110)
+    plt.close(figure)
+
+    longest = max(
+        {call.conversation for call in results[0].calls},
+        key=lambda cid: sum(call.conversation == cid for call in results[0].calls),
+    )
+    figure, axis = plt.subplots(figsize=(9, 5))
+    for result in results:
+        calls = [call for call in result.calls if call.conversation == longest]
+        axis.plot([c.call + 1 for c in calls], [c.input_tokens for c in calls], label=result.name)
+    axis.set(xlabel="model call", ylabel="input tokens", title=f"Input tokens per call: {longest}")
+    axis.legend(fontsize=8)
+    figure.tight_layout()
+    paths.append(out / "input_tokens.png")
+    figure.savefig(paths[-1], dpi=110)
+    plt.close(figure)
+    return paths
