@@ -1,0 +1,177 @@
+"""Format 1 of the envelope: fields, binding, compression, canonical encoding, tampering."""
+
+from __future__ import annotations
+
+import base64
+import json
+import random
+import zlib
+
+import pytest
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+
+from memstack import DecryptionError, ItemValidationError
+from memstack.crypto import Keyring, generate_key, key_id, parse_key
+from memstack.crypto.envelope import ZDICT, SessionCipher
+
+KEY = generate_key()
+ALPHABET = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
+LONG = {"type": "function_call_output", "call_id": "call_1", "output": "line of log\n" * 200}
+SHORT = {"role": "user", "content": "hi"}
+
+
+def cipher(session_id: str = "s1", **options: object) -> SessionCipher:
+    return SessionCipher(session_id, Keyring.of(KEY), layer="test", **options)  # type: ignore[arg-type]
+
+
+def blob(envelope: dict[str, object]) -> bytes:
+    text = str(envelope["ct"])
+    return base64.b64decode(text + "=" * (-len(text) % 4))
+
+
+def rebuild(envelope: dict[str, object], data: bytes) -> dict[str, object]:
+    return {**envelope, "ct": base64.b64encode(data).rstrip(b"=").decode()}
+
+
+def test_envelope_has_exactly_the_documented_fields() -> None:
+    envelope = cipher().seal(LONG)
+    assert envelope.keys() == {"menc", "kid", "ct"}
+    assert envelope["menc"] == 1 and envelope["kid"] == key_id(KEY)
+    assert "=" not in envelope["ct"] and set(envelope["ct"]) <= set(ALPHABET)
+    assert cipher().open(envelope) == LONG
+
+
+def test_the_written_down_format_decrypts_an_envelope_independently() -> None:
+    """Follow the module docstring by hand: HKDF, AAD, nonce ‖ ct ‖ tag, flag, raw deflate."""
+    envelope = cipher("user-42").seal(LONG)
+    session_key = HKDF(
+        algorithm=hashes.SHA256(),
+        length=32,
+        salt=b"memstack/encrypted/1",
+        info=b"session-key\x00user-42",
+    ).derive(parse_key(KEY))
+    aad = b"memstack/encrypted/1\x00" + key_id(KEY).encode() + b"\x00user-42"
+    data = blob(envelope)
+    plaintext = AESGCM(session_key).decrypt(data[:12], data[12:], aad)
+    assert plaintext[0] == 1  # deflated
+    body = zlib.decompressobj(-15, zdict=ZDICT).decompress(plaintext[1:])
+    assert json.loads(body) == LONG
+
+
+def test_compression_shrinks_large_items_and_skips_small_ones() -> None:
+    on, off = cipher(), cipher(compress=False)
+    raw_len = len(json.dumps(LONG, separators=(",", ":")))
+    assert len(blob(on.seal(LONG))) < raw_len / 10
+    assert len(blob(off.seal(LONG))) == 12 + 1 + raw_len + 16
+    short_len = len(json.dumps(SHORT, separators=(",", ":")))
+    assert len(blob(on.seal(SHORT))) == 12 + 1 + short_len + 16  # under compress_min_bytes
+    assert len(blob(cipher(compress_min_bytes=0).seal(SHORT))) < 12 + 1 + short_len + 16
+
+
+def test_incompressible_items_are_stored_raw() -> None:
+    # Random printable text shares nothing with the dictionary and costs 8 bits a
+    # literal in fixed Huffman: deflate cannot win, so the flag says raw.
+    rng = random.Random(7)
+    text = "".join(
+        rng.choice("abcdefghijklmnopqrstuvwxyzABCDEFGHIJ0123456789!#$%&()*+,-./:;<=>?@[]^_`{|}~")
+        for _ in range(100)
+    )
+    noise = {"k": text}
+    sealed = cipher().seal(noise)
+    assert len(blob(sealed)) == 12 + 1 + len(json.dumps(noise, separators=(",", ":"))) + 16
+    assert cipher().open(sealed) == noise
+
+
+def test_non_ascii_and_lone_surrogates_round_trip() -> None:
+    item = {"role": "user", "content": "héllo 你好 🚀 \ud800 end" * 10}
+    assert cipher().open(cipher().seal(item)) == item
+
+
+def test_envelope_is_bound_to_its_session() -> None:
+    with pytest.raises(DecryptionError, match="belongs to another session") as caught:
+        cipher("bob").open(cipher("alice").seal(SHORT))
+    assert caught.value.session_id == "bob" and caught.value.key_id == key_id(KEY)
+
+
+def test_relabelled_key_id_fails_to_authenticate() -> None:
+    first, second = generate_key(), generate_key()
+    ring = Keyring({"a": first, "b": second}, active="a")
+    sealer = SessionCipher("s1", ring)
+    with pytest.raises(DecryptionError, match="cannot authenticate"):
+        sealer.open({**sealer.seal(SHORT), "kid": "b"})
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"menc": 2}, "unknown envelope format version 2"),
+        ({"menc": True}, "unknown envelope format version True"),
+        ({"menc": "1"}, "unknown envelope format version '1'"),
+        ({"extra": 1}, "malformed envelope"),
+        ({"kid": 7}, "malformed envelope"),
+        ({"kid": "nope"}, "key id 'nope', which the key provider does not hold"),
+        ({"ct": 12}, "not valid base64"),
+        ({"ct": ""}, "truncated"),
+        ({"ct": "AAAA"}, "truncated"),
+        ({"ct": "a b"}, "not valid base64"),
+    ],
+)
+def test_malformed_envelopes_raise(change: dict[str, object], message: str) -> None:
+    with pytest.raises(DecryptionError, match=message):
+        cipher().open({**cipher().seal(SHORT), **change})
+
+
+def test_non_canonical_base64_is_refused() -> None:
+    envelope = cipher().seal({"role": "user", "content": "x" * 5})
+    text = envelope["ct"]
+    data = blob(envelope)
+    assert len(data) % 3 != 0  # so the last character carries unused bits
+    urlsafe = base64.urlsafe_b64encode(data).decode().rstrip("=")
+    spellings = {
+        "padded": text + "=" * (-len(text) % 4),
+        "with a newline": text + "\n",
+        "with a space": text[:10] + " " + text[10:],
+    }
+    if urlsafe != text:
+        spellings["urlsafe alphabet"] = urlsafe
+    # The last character carries unused low bits; setting one must not go unnoticed.
+    loose = text[:-1] + ALPHABET[ALPHABET.index(text[-1]) ^ 1]
+    assert base64.b64decode(loose + "=" * (-len(loose) % 4)) == data
+    spellings["unused bit set"] = loose
+    for name, spelling in spellings.items():
+        with pytest.raises(DecryptionError, match="base64"):
+            cipher().open({**envelope, "ct": spelling})
+            pytest.fail(f"accepted the {name} spelling")
+
+
+def test_a_thousand_bit_flips_in_the_sealed_bytes_are_all_detected() -> None:
+    rng = random.Random(20240601)
+    sealer = cipher()
+    envelopes = [sealer.seal(LONG), sealer.seal(SHORT)]
+    for _ in range(1000):
+        envelope = rng.choice(envelopes)
+        data = bytearray(blob(envelope))
+        bit = rng.randrange(len(data) * 8)
+        data[bit // 8] ^= 1 << (bit % 8)
+        with pytest.raises(DecryptionError, match="cannot authenticate"):
+            sealer.open(rebuild(envelope, bytes(data)))
+
+
+def test_every_truncation_of_the_sealed_bytes_is_detected() -> None:
+    sealer = cipher()
+    envelope = sealer.seal(LONG)
+    data = blob(envelope)
+    for length in range(len(data)):
+        with pytest.raises(DecryptionError):
+            sealer.open(rebuild(envelope, data[:length]))
+
+
+def test_seal_validates_items_with_their_index() -> None:
+    with pytest.raises(ItemValidationError, match="item 3 is not JSON-serialisable"):
+        cipher().seal({"x": {1, 2}}, index=3)
+    with pytest.raises(ItemValidationError, match="item 0 must be a dict, not str"):
+        cipher().seal("text")
+    with pytest.raises(ItemValidationError, match="not JSON-serialisable"):
+        cipher().seal({"x": float("nan")})
