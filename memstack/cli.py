@@ -22,6 +22,7 @@ from typing import Any
 from agents.memory import Session
 
 from memstack import __version__
+from memstack.backends.capabilities import READ_ALL
 from memstack.base import SessionLayer, full_history_layer, iter_chain
 from memstack.errors import ConfigurationError, MemstackError
 from memstack.history import item_type, validate_items
@@ -85,7 +86,7 @@ async def cmd_inspect(args: argparse.Namespace) -> int:
     try:
         rows = []
         for session in iter_chain(stack):
-            items = await session.get_items()
+            items = await session.get_items(READ_ALL)
             rows.append((_label(session), len(items), counter.count_items(items)))
         print(f"session {stack.session_id!r}: {stack!r}\n")
         print(_table(["layer (top → store)", "items", "tokens"], rows))
@@ -117,7 +118,7 @@ async def cmd_stats(args: argparse.Namespace) -> int:
     counter = TokenCounter(args.model)
     stack = _open(args)
     try:
-        history = await full_history_layer(stack).get_items()
+        history = await full_history_layer(stack).get_items(READ_ALL)
         view = await stack.get_items()
         caps = capabilities_of(list(iter_chain(stack))[-1])
         rows = [
@@ -164,7 +165,7 @@ async def cmd_rotate(args: argparse.Namespace) -> int:
 async def cmd_export(args: argparse.Namespace) -> int:
     stack = _open(args)
     try:
-        items = await full_history_layer(stack).get_items()
+        items = await full_history_layer(stack).get_items(READ_ALL)
         text = "".join(json.dumps(item, ensure_ascii=False) + "\n" for item in items)
         if args.output:
             await asyncio.to_thread(Path(args.output).write_text, text, encoding="utf-8")

@@ -9,7 +9,11 @@ Every failure memstack can report derives from one root, so applications can cat
     ├── ItemValidationError       an item that is not a JSON-serialisable dict   (also ValueError)
     ├── BackendError              the store failed or is unreachable
     │   └── CapabilityError       the store cannot do an operation (atomically)
-    └── DecryptionError           wrong or missing key, tampered or unknown envelope
+    ├── DecryptionError           wrong or missing key, tampered or unknown envelope
+    └── SummarizerError           a summariser failed, timed out or answered unusably
+
+``CompactionWarning`` (a ``UserWarning``) reports a failed automatic compaction when
+the layer's policy is to warn instead of raise.
 
 The original exception is always kept as ``__cause__`` (``raise … from exc``).
 """
@@ -19,11 +23,13 @@ from __future__ import annotations
 __all__ = [
     "BackendError",
     "CapabilityError",
+    "CompactionWarning",
     "ConfigurationError",
     "DecryptionError",
     "ItemValidationError",
     "MemstackError",
     "RecipeError",
+    "SummarizerError",
 ]
 
 
@@ -63,4 +69,23 @@ class CapabilityError(BackendError):
 
 
 class DecryptionError(MemstackError):
-    """Stored data could not be authenticated or decrypted."""
+    """Stored data could not be authenticated or decrypted; ``key_id`` names the key tried."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        layer: str | None = None,
+        session_id: str | None = None,
+        key_id: str | None = None,
+    ) -> None:
+        super().__init__(message, layer=layer, session_id=session_id)
+        self.key_id = key_id
+
+
+class SummarizerError(MemstackError):
+    """A summariser call failed, timed out or returned no usable summary; nothing was stored."""
+
+
+class CompactionWarning(UserWarning):
+    """An automatic compaction failed and history was left uncompacted (``on_error="warn"``)."""

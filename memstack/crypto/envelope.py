@@ -196,9 +196,12 @@ class SessionCipher:
 
     def error(self, message: str, kid: object = None) -> DecryptionError:
         """A ``DecryptionError`` naming this session and, as ``.key_id``, the key id."""
-        error = DecryptionError(message, layer=self.layer, session_id=self.session_id)
-        error.key_id = kid if isinstance(kid, str) else None  # type: ignore[attr-defined]
-        return error
+        return DecryptionError(
+            message,
+            layer=self.layer,
+            session_id=self.session_id,
+            key_id=kid if isinstance(kid, str) else None,
+        )
 
     # -- sealing ---------------------------------------------------------------------------
     def encode(self, item: Mapping[str, Any]) -> bytes:

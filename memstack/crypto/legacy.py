@@ -66,9 +66,9 @@ class SdkEnvelopeReader:
 
     def open(self, envelope: object) -> dict[str, Any]:
         def error(message: str) -> DecryptionError:
-            failure = DecryptionError(message, layer=self.layer, session_id=self.session_id)
-            failure.key_id = SDK_KID  # type: ignore[attr-defined]
-            return failure
+            return DecryptionError(
+                message, layer=self.layer, session_id=self.session_id, key_id=SDK_KID
+            )
 
         if not isinstance(envelope, dict) or envelope.keys() != _SDK_FIELDS:
             raise error("malformed SDK EncryptedSession envelope")

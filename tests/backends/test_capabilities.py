@@ -136,3 +136,21 @@ async def test_generic_fallback_refuses_destructive_work_by_default():
     assert await allowed.delete_where(lambda i: "role" in i) == 1  # the assistant reply
     assert await allowed.replace_oldest(2, [{"role": "system", "content": "s"}])
     assert await session.get_items() == [{"role": "system", "content": "s"}]
+
+
+async def test_generic_fallback_sees_the_whole_history_despite_a_session_limit(tmp_path):
+    from agents.memory import SessionSettings, SQLiteSession
+
+    class Subclassed(SQLiteSession):  # subclasses get the generic adapter
+        pass
+
+    session = Subclassed("s", db_path=tmp_path / "g.db", session_settings=SessionSettings(limit=3))
+    items = sample_items(10)
+    await session.add_items(items)
+    caps = GenericCapabilities(session, allow_non_atomic=True)
+    assert type(capabilities_of(session)) is GenericCapabilities
+    assert await caps.count() == 10
+    assert await caps.delete_oldest(1) == 1
+    session.session_settings = SessionSettings()
+    assert await session.get_items() == items[1:]
+    session.close()
