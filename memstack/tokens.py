@@ -1,0 +1,203 @@
+"""Offline token counts for Responses input items and tool schemas.
+
+    >>> from memstack.tokens import TokenCounter
+    >>> counter = TokenCounter("gpt-4o")
+    >>> counter.count_text("hello world")
+    2
+    >>> counter.count_item({"role": "user", "content": "hello world"})
+    6
+
+The encoding follows the model: ``o200k_base`` for gpt-4o, gpt-4.1, gpt-4.5, gpt-5 and
+the o-series, ``cl100k_base`` for gpt-4 and gpt-3.5 (tiktoken's own model table), and
+``o200k_base`` for names tiktoken does not know, since every current OpenAI model uses
+it. Provider prefixes (``litellm/openai/gpt-4o``) are ignored.
+
+Texts are counted exactly as tiktoken encodes them. An item's count is an estimate of
+what it costs in the model's context: the tokens of every text it carries (role, message
+text, tool names, arguments and outputs, reasoning summaries), plus ``item_overhead``
+for the framing each item gets (OpenAI's published chat-format figure). Ids, statuses
+and ``encrypted_content`` are not counted: the model never reads them as text. Images,
+files and audio cost ``media_tokens`` each, as their real cost depends on data we do
+not decode. Counts are cached per item content, so re-counting a growing history only
+tokenizes the new items.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections import OrderedDict
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Protocol
+
+from tiktoken.model import encoding_name_for_model
+
+from memstack.errors import ConfigurationError
+from memstack.history import PINNED_MARKER
+from memstack.vocab import OFFLINE_ENCODINGS, load_encoding
+
+if TYPE_CHECKING:
+    import tiktoken
+
+__all__ = [
+    "DEFAULT_ENCODING",
+    "ItemCounter",
+    "TokenCounter",
+    "encoding_for_model",
+    "item_digest",
+]
+
+DEFAULT_ENCODING = "o200k_base"
+
+_LAYER = "TokenCounter"
+# Keys whose values the model does not read as text.
+_NOT_TEXT = frozenset(
+    {
+        "type",
+        "id",
+        "call_id",
+        "status",
+        "encrypted_content",
+        "approval_request_id",
+        "annotations",
+        "logprobs",
+        PINNED_MARKER,
+    }
+)
+# Content parts whose size in tokens depends on media we do not decode.
+_MEDIA = frozenset({"input_image", "input_file", "input_audio", "computer_screenshot"})
+
+
+class ItemCounter(Protocol):
+    """What the sliding window needs from a token counter."""
+
+    def count_item(self, item: Mapping[str, Any]) -> int: ...
+
+
+def encoding_for_model(model: str) -> str:
+    """The tiktoken encoding name for ``model``, limited to those available offline."""
+    name = model.rsplit("/", 1)[-1]
+    try:
+        encoding = encoding_name_for_model(name)
+    except KeyError:
+        return DEFAULT_ENCODING
+    # gpt-oss: same ranks and pattern as o200k_base; only special tokens are added.
+    if encoding == "o200k_harmony":
+        return "o200k_base"
+    if encoding not in OFFLINE_ENCODINGS:
+        raise ConfigurationError(
+            f"model {model!r} uses {encoding}, which is not available offline; "
+            f"pass encoding= one of {', '.join(OFFLINE_ENCODINGS)}",
+            layer=_LAYER,
+        )
+    return encoding
+
+
+def item_digest(item: Mapping[str, Any]) -> bytes:
+    """A stable 16-byte digest of an item's content (same in every process)."""
+    text = json.dumps(item, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.blake2b(text.encode(), digest_size=16).digest()
+
+
+class TokenCounter:
+    """Counts tokens of texts, Responses input items and tool schemas for one model."""
+
+    def __init__(
+        self,
+        model: str | None = None,
+        *,
+        encoding: str | None = None,
+        item_overhead: int = 3,
+        media_tokens: int = 765,
+        cache_size: int = 50_000,
+    ) -> None:
+        if encoding is not None and encoding not in OFFLINE_ENCODINGS:
+            raise ConfigurationError(
+                f"encoding must be one of {', '.join(OFFLINE_ENCODINGS)}, not {encoding!r}",
+                layer=_LAYER,
+            )
+        for field, value in (("item_overhead", item_overhead), ("media_tokens", media_tokens)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ConfigurationError(
+                    f"{field} must be an int >= 0, not {value!r}", layer=_LAYER
+                )
+        if isinstance(cache_size, bool) or not isinstance(cache_size, int) or cache_size < 0:
+            raise ConfigurationError(
+                f"cache_size must be an int >= 0, not {cache_size!r}", layer=_LAYER
+            )
+        self.model = model
+        self.encoding_name = encoding or (
+            encoding_for_model(model) if model is not None else DEFAULT_ENCODING
+        )
+        self.item_overhead = item_overhead
+        self.media_tokens = media_tokens
+        self.cache_size = cache_size
+        self._encoding: tiktoken.Encoding | None = None
+        self._cache: OrderedDict[bytes, int] = OrderedDict()
+
+    @property
+    def encoding(self) -> tiktoken.Encoding:
+        """The tiktoken encoding, loaded on first use (offline, verified)."""
+        if self._encoding is None:
+            self._encoding = load_encoding(self.encoding_name)
+        return self._encoding
+
+    def count_text(self, text: str) -> int:
+        """Tokens in ``text``; special-token markers count as the plain text they are."""
+        return len(self.encoding.encode_ordinary(text)) if text else 0
+
+    def count_item(self, item: Mapping[str, Any]) -> int:
+        """Estimated context cost of one input item; cached by content."""
+        key = item_digest(item)
+        cached = self._cache.get(key)
+        if cached is not None:
+            self._cache.move_to_end(key)
+            return cached
+        count = self.item_overhead + self._count_value(item)
+        if self.cache_size:
+            self._cache[key] = count
+            if len(self._cache) > self.cache_size:
+                self._cache.popitem(last=False)
+        return count
+
+    def count_items(self, items: Iterable[Mapping[str, Any]]) -> int:
+        return sum(self.count_item(item) for item in items)
+
+    def count_tools(self, tools: Iterable[Any]) -> int:
+        """Estimated cost of tool definitions: Responses-style dicts or SDK ``FunctionTool``s.
+
+        Name and description are counted as text and the parameter schema as compact
+        JSON, plus ``item_overhead`` per tool. Subtract the result from the window's
+        ``max_tokens`` to leave room for the tools sent with every request.
+        """
+        total = 0
+        for tool in tools:
+            if not isinstance(tool, Mapping):
+                tool = {
+                    "name": getattr(tool, "name", ""),
+                    "description": getattr(tool, "description", ""),
+                    "parameters": getattr(tool, "params_json_schema", {}),
+                }
+            schema = tool.get("parameters")
+            total += self.item_overhead
+            total += self.count_text(str(tool.get("name") or ""))
+            total += self.count_text(str(tool.get("description") or ""))
+            if schema:
+                total += self.count_text(json.dumps(schema, separators=(",", ":")))
+        return total
+
+    def _count_value(self, value: object) -> int:
+        if isinstance(value, str):
+            return self.count_text(value)
+        if isinstance(value, Mapping):
+            if value.get("type") in _MEDIA:
+                return self.media_tokens
+            return sum(self._count_value(v) for k, v in value.items() if k not in _NOT_TEXT)
+        if isinstance(value, list | tuple):
+            return sum(self._count_value(v) for v in value)
+        if value is None or isinstance(value, bool):
+            return 0
+        return self.count_text(str(value))
+
+    def __repr__(self) -> str:
+        return f"TokenCounter(model={self.model!r}, encoding={self.encoding_name!r})"
