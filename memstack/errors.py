@@ -5,7 +5,8 @@ Every failure memstack can report derives from one root, so applications can cat
 
     MemstackError
     ├── ConfigurationError        bad option, unknown layer, wrong argument   (also ValueError)
-    │   └── RecipeError           a recipe file or mapping that does not validate
+    │   ├── RecipeError           a recipe file or mapping that does not validate
+    │   └── VocabularyError       a tokenizer vocabulary missing or failing its hash
     ├── ItemValidationError       an item that is not a JSON-serialisable dict   (also ValueError)
     ├── BackendError              the store failed or is unreachable
     │   └── CapabilityError       the store cannot do an operation (atomically)
@@ -50,6 +51,10 @@ class MemstackError(Exception):
 
 class ConfigurationError(MemstackError, ValueError):
     """An option, layer name or argument is not acceptable."""
+
+
+class VocabularyError(ConfigurationError):
+    """A tokenizer vocabulary file is missing, unreadable or not the one tiktoken expects."""
 
 
 class RecipeError(ConfigurationError):

@@ -118,20 +118,19 @@ def cut_points(items: Sequence[Item]) -> list[bool]:
     interleave) and right after a reasoning item, which belongs to what follows it.
     """
     n = len(items)
-    first: dict[tuple[str, str], int] = {}
-    last: dict[tuple[str, str], int] = {}
+    # Each output belongs to the most recent call with its id, so an id reused far apart
+    # makes two small units, not one that spans everything between them.
+    latest_call: dict[tuple[str, str], int] = {}
+    delta = [0] * (n + 2)  # depth[i] > 0 means some pair spans the boundary before item i
     for index, item in enumerate(items):
         key = pair_key(item)
-        if key is not None:
-            first.setdefault(key, index)
-            last[key] = index
-    # depth[i] > 0 means some pair spans the boundary before item i.
-    delta = [0] * (n + 2)
-    for key, start in first.items():
-        stop = last[key]
-        if stop > start:
+        if key is None:
+            continue
+        if not is_output(item):
+            latest_call[key] = index
+        elif (start := latest_call.get(key)) is not None and index > start:
             delta[start + 1] += 1
-            delta[stop + 1] -= 1
+            delta[index + 1] -= 1
     ok = [True] * (n + 1)
     depth = 0
     for i in range(n + 1):

@@ -28,7 +28,7 @@ from typing import Any
 import tiktoken
 from tiktoken_ext import openai_public
 
-from memstack.errors import ConfigurationError
+from memstack.errors import VocabularyError
 
 __all__ = ["OFFLINE_ENCODINGS", "VocabularyError", "load_encoding"]
 
@@ -36,10 +36,6 @@ __all__ = ["OFFLINE_ENCODINGS", "VocabularyError", "load_encoding"]
 OFFLINE_ENCODINGS = ("o200k_base", "cl100k_base")
 
 _LAYER = "TokenCounter"
-
-
-class VocabularyError(ConfigurationError):
-    """A vocabulary file is missing, unreadable or not the one tiktoken expects."""
 
 
 def default_vocab_dir() -> Traversable:

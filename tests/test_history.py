@@ -234,3 +234,11 @@ def test_random_histories_cut_only_where_valid(items):
         if ok[cut]:
             assert suffix_valid, (cut, items)
     assert [u.stop for u in split_units(items)] == [i for i in range(1, len(items) + 1) if ok[i]]
+
+
+def test_a_reused_call_id_makes_two_units_not_one():
+    call = {"type": "function_call", "call_id": "same"}
+    output = {"type": "function_call_output", "call_id": "same"}
+    items = [user("a"), call, output, assistant("x"), user("b"), call, output, assistant("y")]
+    assert spans(items) == [(0, 1), (1, 3), (3, 4), (4, 5), (5, 7), (7, 8)]
+    assert [(t.start, t.stop) for t in split_turns(items)] == [(0, 4), (4, 8)]
