@@ -29,6 +29,10 @@ Item = dict[str, Any]
 T = TypeVar("T")
 Predicate = Callable[[Item], bool]
 
+# An explicit limit larger than any history: ``get_items(None)`` would apply the
+# session's own ``session_settings.limit`` and silently return only part of it.
+READ_ALL = 2**31 - 1
+
 # Exact backend type -> adapter class; filled by the adapter modules as they import.
 _ADAPTERS: dict[type, type[StorageCapabilities]] = {}
 
@@ -70,6 +74,17 @@ class StorageCapabilities(ABC):
         makes time-ordered expiry cost only what it deletes.
         """
 
+    async def delete_written_before(self, older_than: float, *, batch_size: int = 500) -> int:
+        """Delete items the store itself recorded as written over ``older_than`` seconds ago.
+
+        Uses the store's own write-time column and clock, never item content, so it needs
+        no key even when items are encrypted. Stores without per-item write times refuse.
+        """
+        raise CapabilityError(
+            f"{type(self.session).__name__} keeps no per-item write time, so it cannot "
+            "delete by age without reading items"
+        )
+
     def __repr__(self) -> str:
         return f"{type(self).__name__}({type(self.session).__name__}, atomic={self.atomic})"
 
@@ -86,10 +101,14 @@ def kept_after_delete(
     items: Sequence[T], matches: Callable[[T], bool], *, prefix_only: bool
 ) -> list[T]:
     """What ``delete_where`` leaves of an in-memory list of items."""
+    kept: list[T] = []
     for index, item in enumerate(items):
-        if not matches(item) and prefix_only:
+        if matches(item):
+            continue
+        if prefix_only:
             return list(items[index:])
-    return [item for item in items if not matches(item)]
+        kept.append(item)  # ``matches`` runs once per item: predicates may count or decode
+    return kept
 
 
 def register_adapter(backend: type, adapter: type[StorageCapabilities]) -> None:
@@ -131,7 +150,7 @@ class GenericCapabilities(StorageCapabilities):
         self.allow_non_atomic = allow_non_atomic
 
     async def count(self) -> int:
-        return len(await self.session.get_items())
+        return len(await self.session.get_items(READ_ALL))
 
     async def delete_oldest(self, n: int) -> int:
         items = await self._all_for_rewrite("delete_oldest")
@@ -167,7 +186,7 @@ class GenericCapabilities(StorageCapabilities):
                 "clear-and-re-add is possible, which can lose history if interrupted "
                 "(pass allow_non_atomic=True to accept that)"
             )
-        return [dict(item) for item in await self.session.get_items()]
+        return [dict(item) for item in await self.session.get_items(READ_ALL)]
 
     async def _rewrite(self, items: list[Item]) -> None:
         await self.session.clear_session()

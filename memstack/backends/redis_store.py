@@ -21,6 +21,7 @@ from memstack.backends.capabilities import (
     check_replacement,
 )
 from memstack.backends.translate import store_errors
+from memstack.errors import CapabilityError
 
 T = TypeVar("T")
 
@@ -126,6 +127,13 @@ class RedisCapabilities(StorageCapabilities):
             offset += batch_size - deleted
             if stop:
                 return total
+
+    async def delete_written_before(self, older_than: float, *, batch_size: int = 500) -> int:
+        raise CapabilityError(
+            "RedisSession keeps no per-item write time (one list per session); expire "
+            "whole idle sessions with RedisSession(ttl=…), or stamp items with a TTL "
+            "layer below any encryption"
+        )
 
 
 ADAPTERS: dict[type, type[StorageCapabilities]] = {RedisSession: RedisCapabilities}

@@ -135,6 +135,23 @@ def delete_where_batch(
     return len(doomed), (rows[-1][0] if rows else None), stop
 
 
+def delete_written_before_batch(
+    table: Table, cutoff: str, params: dict[str, Any], batch_size: int
+) -> Plan:
+    """One batch of ``delete_written_before``: rows whose ``created_at`` is below ``cutoff``.
+
+    ``cutoff`` is a dialect's SQL expression for "the store's clock minus the age"; the
+    comparison happens in the database, so neither the item nor the caller's clock counts.
+    """
+    rows = yield Query(
+        f"SELECT id FROM {table.name} WHERE session_id = :sid AND created_at < {cutoff} "
+        f"ORDER BY {table.ordered()} LIMIT :n",
+        {"sid": table.session_id, "n": batch_size, **params},
+    )
+    yield from _delete_ids(table, [row[0] for row in rows])
+    return len(rows)
+
+
 def run_sync(cursor_execute: Any, plan: Plan) -> Any:
     """Drive ``plan`` with a blocking ``execute(sql, params) -> rows`` function."""
     try:
@@ -168,6 +185,10 @@ class PlanCapabilities(StorageCapabilities):
         """
         raise NotImplementedError
 
+    def written_before(self, older_than: float) -> tuple[str, dict[str, Any]]:
+        """SQL for "the store's clock minus ``older_than`` seconds", and its parameters."""
+        raise NotImplementedError
+
     async def count(self) -> int:
         return int(await self.run(lambda: count(self.table())))
 
@@ -194,4 +215,17 @@ class PlanCapabilities(StorageCapabilities):
             deleted, after, stop = await self.run(batch)
             total += int(deleted)
             if stop or after is None:
+                return total
+
+    async def delete_written_before(self, older_than: float, *, batch_size: int = 500) -> int:
+        cutoff, params = self.written_before(older_than)
+        total = 0
+        while True:
+            deleted = int(
+                await self.run(
+                    lambda: delete_written_before_batch(self.table(), cutoff, params, batch_size)
+                )
+            )
+            total += deleted
+            if deleted < batch_size:
                 return total

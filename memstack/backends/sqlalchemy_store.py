@@ -16,6 +16,7 @@ from sqlalchemy import text
 from memstack.backends import sql
 from memstack.backends.capabilities import StorageCapabilities
 from memstack.backends.translate import store_errors
+from memstack.errors import CapabilityError
 
 
 class SQLAlchemyCapabilities(sql.PlanCapabilities):
@@ -26,6 +27,21 @@ class SQLAlchemyCapabilities(sql.PlanCapabilities):
     def table(self) -> sql.Table:
         # The SDK orders history by (created_at, id); so do the plans.
         return sql.Table(self.session._messages.name, self.session.session_id, ("created_at", "id"))
+
+    def written_before(self, older_than: float) -> tuple[str, dict[str, Any]]:
+        # created_at holds the database's CURRENT_TIMESTAMP; compare against its own clock.
+        dialect = self.session.engine.dialect.name
+        if dialect == "sqlite":
+            from memstack.backends.sqlite import sqlite_written_before
+
+            return sqlite_written_before(older_than)
+        if dialect == "postgresql":
+            return "LOCALTIMESTAMP - make_interval(secs => :age)", {"age": float(older_than)}
+        if dialect in ("mysql", "mariadb"):
+            return "NOW(6) - INTERVAL :age MICROSECOND", {"age": round(older_than * 1e6)}
+        raise CapabilityError(
+            f"delete_written_before does not know how {dialect} computes a past timestamp"
+        )
 
     async def run(self, make_plan: Callable[[], sql.Plan]) -> Any:
         store = self.session

@@ -24,6 +24,14 @@ class _SqliteBase(sql.PlanCapabilities):
         session: Any = self.session
         return sql.Table(session.messages_table, session.session_id)
 
+    def written_before(self, older_than: float) -> tuple[str, dict[str, Any]]:
+        return sqlite_written_before(older_than)
+
+
+def sqlite_written_before(older_than: float) -> tuple[str, dict[str, Any]]:
+    # created_at is SQLite's CURRENT_TIMESTAMP text (UTC, whole seconds), as is datetime().
+    return "datetime('now', :age)", {"age": f"-{older_than:.6f} seconds"}
+
 
 class SQLiteCapabilities(_SqliteBase):
     """Adapter for ``agents.SQLiteSession`` (file or in-memory)."""

@@ -1,0 +1,509 @@
+"""Retention that really deletes: items expire ``ttl`` after they were written.
+
+    >>> import asyncio
+    >>> from memstack.layers import TTLSession
+    >>> from memstack.testing import FakeClock, InMemorySession
+    >>> clock, store = FakeClock(), InMemorySession("user-42")
+    >>> session = TTLSession(store, ttl=3600, clock=clock)
+    >>> asyncio.run(session.add_items([{"role": "user", "content": "hi"}]))
+    >>> _ = clock.tick(3600)
+    >>> asyncio.run(session.get_items())
+    []
+    >>> asyncio.run(session.purge_expired()), store.rows
+    (1, [])
+
+Every item is stored in a record stamped with its write time (``ttl_record``). An atomic
+unit (a tool call and its output, reasoning and what follows it) expires when its oldest
+item does, and an expired record hides everything stored before it, so expiry removes
+the start of a history, whole units at a time, and never punches holes. Reads and
+``pop_item`` only skip; deleting happens in ``purge_expired()`` and, bounded, after a
+write (at most every ``purge_every`` seconds, or when a read saw expired records),
+through the store's capability adapter.
+
+Derived items (a summary written inside ``memstack.context.written_at``) expire with
+their oldest source and hide nothing else. Reads report each item's stamp to layers
+above through ``memstack.context``.
+
+Below encryption (store → TTL → Encrypted) the records wrap envelopes in plaintext, so a
+retention job purges with ``TTLSession(store, ttl=…).purge_expired()`` and no key. Above
+encryption the records are sealed; a job without the key can only use the store's own
+write times: ``purge_written_before(store, older_than=…)``.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any, cast
+
+from agents.memory import Session
+from agents.memory.session_settings import resolve_session_limit
+
+from memstack.backends.capabilities import (
+    READ_ALL,
+    GenericCapabilities,
+    Predicate,
+    StorageCapabilities,
+    capabilities_of,
+)
+from memstack.base import SessionLayer
+from memstack.context import current_write_time, report_write_times
+from memstack.errors import BackendError, CapabilityError, ConfigurationError
+from memstack.history import cut_points, is_output, pair_key, split_units, validate_items
+from memstack.layers.ttl_record import Stamp, UnknownRecord, read_record, write_record
+
+if TYPE_CHECKING:
+    from agents.items import TResponseInputItem
+    from agents.run_context import RunContextWrapper
+
+__all__ = ["TTLSession", "purge_written_before"]
+
+logger = logging.getLogger("memstack.ttl")
+
+Seconds = float | int | timedelta
+Clock = Callable[[], float]
+
+_FIRST_READ = 256  # records an unbounded read asks for before it knows the history
+_GROWTH = 4  # tail reads grow by this factor; each re-reads the tail, so total <= 4/3 of last
+_SLACK = 16  # records the next unbounded read adds, for what other writers appended
+_CONTEXT = 4  # stored records a write reads first: the newest one, and any unit left open
+
+
+def _seconds(name: str, value: object, *, positive: bool, layer: str | None) -> float | None:
+    if value is None:
+        return None
+    bound = "> 0" if positive else ">= 0"
+    if isinstance(value, timedelta):
+        seconds = value.total_seconds()
+    elif isinstance(value, int | float) and not isinstance(value, bool):
+        seconds = float(value)
+    else:
+        raise ConfigurationError(
+            f"{name} must be seconds {bound} (a number or timedelta) or None, got {value!r}",
+            layer=layer,
+        )
+    if not math.isfinite(seconds) or seconds < 0 or (positive and seconds == 0):
+        raise ConfigurationError(f"{name} must be seconds {bound}, got {value!r}", layer=layer)
+    return seconds
+
+
+def _batch_size(name: str, value: object, *, layer: str | None) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 10_000:
+        raise ConfigurationError(
+            f"{name} must be an int from 1 to 10000, got {value!r}", layer=layer
+        )
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """Stored values read from the tail, oldest first, and what the view shows of them.
+
+    Records before ``start`` are dead, or hidden by a dead one, and were not even parsed;
+    ``stamps`` are those of ``stored[start:]``, ``visible`` indexes the records shown.
+    ``complete`` is False when a read with a limit stopped early, having found enough
+    live records: ``start`` is then not known.
+    """
+
+    stored: list[Any]
+    start: int
+    stamps: list[Stamp]
+    visible: list[int]
+    generation: int
+    now: float
+    complete: bool
+
+    def stamp(self, index: int) -> Stamp:
+        return self.stamps[index - self.start]
+
+    def view(self, limit: int | None = None) -> list[Stamp]:
+        shown = self.visible if limit is None else self.visible[-limit:]
+        return [self.stamp(index) for index in shown]
+
+    @property
+    def hidden(self) -> Any:
+        """The newest stored value before the first one shown, or None: purge through it."""
+        first = self.visible[0] if self.visible else len(self.stored)
+        return self.stored[first - 1] if self.complete and first else None
+
+
+class TTLSession(SessionLayer):
+    """Hides, then deletes, items older than ``ttl`` and sessions idle for ``idle_ttl``."""
+
+    layer_name = "ttl"
+    transforms_items = True
+
+    def __init__(
+        self,
+        inner: Session,
+        *,
+        ttl: Seconds | None,
+        idle_ttl: Seconds | None = None,
+        clock: Clock = time.time,
+        purge_every: Seconds | None = 60.0,
+        purge_batch: int = 200,
+    ) -> None:
+        super().__init__(inner)
+        name = type(self).__name__
+        self.ttl = _seconds("ttl", ttl, positive=True, layer=name)
+        self.idle_ttl = _seconds("idle_ttl", idle_ttl, positive=True, layer=name)
+        if self.ttl is None and self.idle_ttl is None:
+            raise ConfigurationError("set ttl, idle_ttl or both (seconds > 0)", layer=name)
+        if not callable(clock):
+            raise ConfigurationError(
+                f"clock must be a callable returning seconds, like time.time; got {clock!r}",
+                layer=name,
+            )
+        self.clock = clock
+        self.purge_every = _seconds("purge_every", purge_every, positive=False, layer=name)
+        self.purge_batch = _batch_size("purge_batch", purge_batch, layer=name)
+        self._last_purge = -math.inf
+        # The newest record a read found dead or hidden: the next write purges through it.
+        self._through: Any = None
+        self._can_purge = True  # False once the store turned out to be skip-only
+        self._hint = _FIRST_READ  # records the next unbounded read starts with
+        self._counts_cheaply: bool | None = None  # the generic adapter counts by reading all
+
+    # -- what is live -----------------------------------------------------------------------
+    def _idle(self, newest: Stamp, now: float) -> bool:
+        return self.idle_ttl is not None and newest.written + self.idle_ttl <= now
+
+    def _dead(self, stamp: Stamp, generation: int, now: float) -> bool:
+        return (
+            not stamp.stamped
+            or stamp.generation < generation
+            or (self.ttl is not None and stamp.anchor + self.ttl <= now)
+        )
+
+    def _ends_view(self, stamp: Stamp, generation: int, now: float) -> bool:
+        """Dead, and hiding everything before it: all dead records but derived ones."""
+        if stamp.derived and stamp.generation == generation:
+            return False  # a summary stamped with its sources' time hides only itself
+        return self._dead(stamp, generation, now)
+
+    def _resolve(self, stored: list[Any], now: float, *, whole: bool) -> Snapshot:
+        """What the view shows of ``stored``, the newest records of the history.
+
+        Scans from the newest record back: the first dead one ends the view even if older
+        records look alive (a writer's clock ran ahead), so expiry never punches holes.
+        """
+        newest = self._read(stored[-1]) if stored else None
+        generation = newest.generation if newest is not None else 0
+        start = len(stored) if newest is not None and self._idle(newest, now) else None
+        # Parsed from the newest back, and only down to where the view ends.
+        index, backwards = len(stored) - 1, []
+        while start is None and index >= 0:
+            last = index == len(stored) - 1
+            stamp = newest if last and newest is not None else self._read(stored[index])
+            if self._ends_view(stamp, generation, now):
+                start = index + 1
+            else:
+                backwards.append(stamp)
+            index -= 1
+        complete = start is not None or whole
+        start = start or 0
+        stamps = backwards[::-1]
+        visible = [
+            start + offset
+            for offset, stamp in enumerate(stamps)
+            if not self._dead(stamp, generation, now)
+        ]
+        if complete:
+            # Outputs heading the view lost their call (purged, or in a dead generation).
+            while visible and is_output(stamps[visible[0] - start].item):
+                visible.pop(0)
+        return Snapshot(stored, start, stamps, visible, generation, now, complete)
+
+    def _read(self, value: object) -> Stamp:
+        try:
+            return read_record(value)
+        except UnknownRecord as exc:
+            raise UnknownRecord(
+                exc.reason, layer=type(self).__name__, session_id=self.session_id
+            ) from exc
+
+    async def _scan(self, want: int | None, forward: dict[str, Any]) -> Snapshot:
+        """Read the tail, growing it, until the newest ``want`` shown records are known."""
+        now = self.clock()
+        size = want + 1 if want is not None else self._hint
+        while True:
+            stored = list(await self.inner.get_items(size, **forward))
+            snapshot = self._resolve(stored, now, whole=len(stored) < size)
+            if snapshot.complete:
+                if want is None:
+                    self._hint = max(_FIRST_READ, len(stored) - snapshot.start + 1 + _SLACK)
+                return snapshot
+            # Enough live records, and the slice is final unless outputs heading the view
+            # could reach into it.
+            shown = snapshot.visible
+            if (
+                want is not None
+                and len(shown) > want
+                and not all(is_output(snapshot.stamp(i).item) for i in shown[:-want])
+            ):
+                return snapshot
+            size = await self._next_size(size)
+
+    async def _next_size(self, size: int) -> int:
+        """How many records the next tail read asks for.
+
+        ``_GROWTH`` times more; or, when the store counts cheaply and holds at most
+        ``_GROWTH`` squared times ``size``, everything at once, saving a round of re-reading.
+        """
+        caps = capabilities_of(self.inner)
+        if self._counts_cheaply is None:
+            self._counts_cheaply = not isinstance(caps, GenericCapabilities)
+        if self._counts_cheaply and await caps.count() <= size * _GROWTH * _GROWTH:
+            return size * _GROWTH * _GROWTH
+        return size * _GROWTH
+
+    async def _snapshot(self) -> Snapshot:
+        """The whole stored history, for rewrites that must name what they replace."""
+        stored = list(await self.inner.get_items(READ_ALL))
+        return self._resolve(stored, self.clock(), whole=True)
+
+    # -- the Session protocol -----------------------------------------------------------------
+    async def get_items(
+        self, limit: int | None = None, *, wrapper: RunContextWrapper[Any] | None = None
+    ) -> list[TResponseInputItem]:
+        limit = resolve_session_limit(limit, self.session_settings)
+        if limit is not None and limit <= 0:
+            return []
+        scan = await self._scan(limit, self.forward(wrapper))
+        if scan.hidden is not None:  # dead records are stored: purge on the next write
+            self._through = scan.hidden
+        live = scan.view(limit)
+        # Layers above that derive data (summaries) learn when their sources expire.
+        report_write_times([stamp.anchor for stamp in live])
+        return cast("list[TResponseInputItem]", [stamp.item for stamp in live])
+
+    async def add_items(
+        self, items: list[TResponseInputItem], *, wrapper: RunContextWrapper[Any] | None = None
+    ) -> None:
+        validate_items(items, layer=type(self).__name__)
+        if not items:
+            return
+        forward = self.forward(wrapper)
+        now = self.clock()
+        # A layer above may say these items derive from older ones (a summary): they then
+        # expire with those. Their write time stays now: the write is activity all the same.
+        derived = current_write_time()
+        origin = now if derived is None else min(derived, now)
+        tail = await self._context(items, forward)
+        generation = tail[-1].generation if tail else 0
+        if tail and self._idle(tail[-1], now):
+            generation += 1  # the idle history is dead; this write begins the next one
+        records = [
+            write_record(
+                dict(item),
+                written=now,
+                anchor=anchor,
+                generation=generation,
+                derived=derived is not None,
+            )
+            for item, anchor in zip(items, _anchors(tail, items, origin), strict=True)
+        ]
+        await self.inner.add_items(cast("list[TResponseInputItem]", records), **forward)
+        self._hint += len(records)
+        await self._purge_after_write(generation, now)
+
+    async def pop_item(
+        self, *, wrapper: RunContextWrapper[Any] | None = None
+    ) -> TResponseInputItem | None:
+        forward = self.forward(wrapper)
+        value = await self.inner.pop_item(**forward)
+        if value is None:
+            return None
+        try:
+            stamp = self._read(value)
+        except UnknownRecord:
+            # Popping must not destroy what could not be read: put it back, then fail.
+            await self.inner.add_items([value], **forward)
+            raise
+        now = self.clock()
+        if self._idle(stamp, now) or self._dead(stamp, stamp.generation, now):
+            # The newest record was dead, hence not shown; it is deleted now, which
+            # retention allows. Anything shown lies below it.
+            return await self.pop_item(wrapper=wrapper) if stamp.derived else None
+        report_write_times([stamp.anchor])
+        return cast("TResponseInputItem", stamp.item)
+
+    async def _context(self, items: Sequence[Any], forward: dict[str, Any]) -> list[Stamp]:
+        """The stored tail a new batch may continue: the newest record and any open unit."""
+        size = _CONTEXT
+        while True:
+            tail = [self._read(v) for v in await self.inner.get_items(size, **forward)]
+            if len(tail) < size or _shows_open_unit([s.item for s in tail], items):
+                return tail
+            size *= _GROWTH
+
+    # -- deleting ---------------------------------------------------------------------------
+    async def purge_expired(self) -> int:
+        """Delete every stored record the view no longer shows; return how many went.
+
+        Reads the tail back to where expiry ends (the live part, at most), then deletes
+        oldest first, in batches of ``purge_batch``, one transaction each, stopping at
+        the first record it keeps; only a derived item expired among live ones makes it
+        scan the rest. Raises ``CapabilityError`` when the store has no capability
+        adapter: there expired items can only be skipped.
+        """
+        scan = await self._scan(None, {})
+        if not scan.stored:
+            return 0
+        newest, now = self._read(scan.stored[-1]), scan.now
+        expired = self._expired(newest.generation, idle=self._idle(newest, now), now=now)
+        # Derived items that expired among shown ones need a scan past the first shown.
+        first = scan.visible[0] if scan.visible else len(scan.stored)
+        stray = any(expired(value) for value in scan.stored[first:])
+        if scan.hidden is None and not stray:
+            return 0
+        return await self._purge(_doomed(scan.hidden, expired, prefix=not stray), prefix=not stray)
+
+    def _expired(self, generation: int, *, idle: bool, now: float) -> Predicate:
+        def expired(value: dict[str, Any]) -> bool:
+            try:
+                stamp = read_record(value)
+            except UnknownRecord:
+                return False  # never delete what this code cannot read
+            # Idle: everything up to the newest generation. New writes start the next one.
+            return (idle and stamp.generation <= generation) or self._dead(stamp, generation, now)
+
+        return expired
+
+    async def _expired_now(self) -> Predicate | None:
+        """A test for stored records that are dead now; None when nothing is stored."""
+        newest = await self.inner.get_items(1)
+        if not newest:
+            return None
+        stamp, now = self._read(newest[-1]), self.clock()
+        return self._expired(stamp.generation, idle=self._idle(stamp, now), now=now)
+
+    async def _purge(
+        self, doomed: Predicate, *, prefix: bool = True, limit: int | None = None
+    ) -> int:
+        predicate = doomed if limit is None else _at_most(limit, doomed)
+        caps = capabilities_of(self.inner)
+        try:
+            return await caps.delete_where(
+                predicate, batch_size=self.purge_batch, prefix_only=prefix
+            )
+        except CapabilityError as exc:
+            raise CapabilityError(
+                f"{caps!r} cannot delete items; TTLSession can only skip expired items on "
+                f"this store (they stay stored): {exc.reason}",
+                layer=type(self).__name__,
+                session_id=self.session_id,
+            ) from exc
+
+    async def _purge_after_write(self, generation: int, now: float) -> None:
+        """Bounded and best effort: the write already succeeded, so failures only log."""
+        if self.purge_every is None or not self._can_purge:
+            return
+        through, self._through = self._through, None
+        if through is None and now - self._last_purge < self.purge_every:
+            return
+        self._last_purge = now
+        expired = self._expired(generation, idle=False, now=now)
+        try:
+            await self._purge(_doomed(through, expired, prefix=True), limit=self.purge_batch)
+        except CapabilityError as exc:
+            self._can_purge = False
+            logger.info("%s; skipping expired items only", exc)
+        except BackendError as exc:
+            logger.warning("purge after write failed, retrying later: %s", exc)
+
+    def storage_capabilities(self) -> StorageCapabilities:
+        from memstack.layers.ttl_capabilities import TTLCapabilities
+
+        return TTLCapabilities(self)
+
+    def repr_options(self) -> dict[str, object]:
+        options: dict[str, object] = {}
+        for name in ("ttl", "idle_ttl"):
+            if getattr(self, name) is not None:
+                options[name] = getattr(self, name)
+        options["purge_every"] = self.purge_every
+        return options
+
+
+def _shows_open_unit(stored: list[dict[str, Any]], items: Sequence[Any]) -> bool:
+    """Whether ``stored`` reaches back to the start of every unit the batch continues."""
+    combined = [*stored, *items]
+    ok = cut_points(combined)
+    if not any(ok[1 : len(stored) + 1]):
+        return False  # the unit the batch joins may begin before the window
+    calls = {pair_key(item) for item in combined if not is_output(item)}
+    return all(pair_key(item) in calls for item in items if is_output(item) and pair_key(item))
+
+
+def _anchors(tail: Sequence[Stamp], items: Sequence[Any], origin: float) -> list[float]:
+    """When each new item's unit began: a unit begun in storage keeps its oldest time."""
+    join = len(tail)
+    anchors: list[float] = []
+    for span in split_units([*(stamp.item for stamp in tail), *items]):
+        if span.stop > join:
+            begun = [tail[i].anchor for i in range(span.start, join)]
+            anchors += [min([origin, *begun])] * (span.stop - max(span.start, join))
+    return anchors
+
+
+def _at_most(limit: int, predicate: Predicate) -> Predicate:
+    """``predicate``, until it has matched ``limit`` times (with ``prefix_only``, a bound)."""
+    taken = 0
+
+    def capped(item: dict[str, Any]) -> bool:
+        nonlocal taken
+        if taken >= limit or not predicate(item):
+            return False
+        taken += 1
+        return True
+
+    return capped
+
+
+def _doomed(last: Any, expired: Predicate, *, prefix: bool) -> Predicate:
+    """Records through ``last`` (the newest one the view hides), then expired ones.
+
+    Called once per record, oldest first. Up to ``last`` it also takes records written
+    before it that are not expired themselves but hidden. After it, only records that
+    cannot un-hide anything: expired ones at the head (``prefix``), else expired derived
+    ones. Nothing written after ``last`` is taken unless expired, even if another purger
+    deleted ``last`` meanwhile.
+    """
+    boundary = read_record(last).written if last is not None else None
+    passed = last is None
+
+    def doomed(value: dict[str, Any]) -> bool:
+        nonlocal passed
+        try:
+            stamp = read_record(value)
+        except UnknownRecord:
+            return False
+        if not passed:
+            if value == last:
+                passed = True
+                return True
+            return expired(value) or (boundary is not None and stamp.written < boundary)
+        return expired(value) and (prefix or stamp.derived)
+
+    return doomed
+
+
+async def purge_written_before(
+    store: Session, *, older_than: Seconds, batch_size: int = 500
+) -> int:
+    """Delete a session's rows its store wrote over ``older_than`` ago; return how many.
+
+    The retention job for TTL above encryption: it compares the store's own write-time
+    column with the store's own clock and reads no item, so it needs no key. SQL stores
+    only; the others keep no per-item write time and raise ``CapabilityError``.
+    """
+    seconds = _seconds("older_than", older_than, positive=False, layer=None)
+    if seconds is None:
+        raise ConfigurationError("older_than must be seconds >= 0 (a number or timedelta)")
+    batch = _batch_size("batch_size", batch_size, layer=None)
+    return await capabilities_of(store).delete_written_before(seconds, batch_size=batch)

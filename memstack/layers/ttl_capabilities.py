@@ -1,0 +1,157 @@
+"""The store's capabilities as seen through a TTL layer: live items up, stamped records down.
+
+    >>> from memstack.layers import TTLSession
+    >>> from memstack.testing import InMemorySession
+    >>> TTLSession(InMemorySession("s1"), ttl=60).storage_capabilities()
+    TTLCapabilities(TTLSession, atomic=True)
+
+Layers above TTL (encryption, compaction, windows) see only live items, in view order, and
+rewrite them without touching the stamps they cannot see. Rewrites read the whole stored
+history and hand the store what they read as ``expect``: a concurrent change makes them
+retry or fail, never lose an item. Replacements keep the stamps of what they replace:
+one for one (re-encryption), each record keeps its own; otherwise an item that is one of
+those replaced keeps its own, and anything new (a summary) takes the oldest stamp
+replaced, or an older one passed down with ``memstack.context.written_at``. Derived data
+never outlives its sources.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from memstack.backends.capabilities import (
+    Item,
+    Predicate,
+    StorageCapabilities,
+    capabilities_of,
+    check_replacement,
+)
+from memstack.context import current_write_time
+from memstack.errors import CapabilityError
+from memstack.layers.ttl_record import Stamp, UnknownRecord, read_record, write_record
+
+if TYPE_CHECKING:
+    from memstack.layers.ttl import Snapshot, TTLSession
+
+__all__ = ["TTLCapabilities"]
+
+_ATTEMPTS = 5  # re-reads when other writers change the oldest records meanwhile
+
+
+class TTLCapabilities(StorageCapabilities):
+    """Capabilities of the store below a ``TTLSession``, over its live items."""
+
+    session: TTLSession
+
+    def __init__(self, session: TTLSession) -> None:
+        super().__init__(session)
+        self.below = capabilities_of(session.inner)
+
+    @property
+    def atomic(self) -> bool:  # type: ignore[override]  # the store's, known per instance
+        return self.below.atomic
+
+    async def count(self) -> int:
+        return len((await self.session._scan(None, {})).visible)
+
+    async def delete_oldest(self, n: int) -> int:
+        for _ in range(_ATTEMPTS):
+            snapshot = await self.session._snapshot()
+            doomed = max(0, min(n, len(snapshot.visible)))
+            if doomed == 0:
+                return 0
+            cut = snapshot.visible[doomed - 1] + 1  # dead records among them go too
+            if await self.below.replace_oldest(cut, [], expect=snapshot.stored[:cut]):
+                return doomed
+        raise self._changed("delete_oldest")
+
+    async def replace_oldest(
+        self, n: int, items: Sequence[Item], *, expect: Sequence[Item] | None = None
+    ) -> bool:
+        check_replacement(n, items)
+        if n == 0:
+            return True
+        for _ in range(_ATTEMPTS):
+            snapshot = await self.session._snapshot()
+            if len(snapshot.visible) < n:
+                return False
+            replaced = snapshot.view()[:n]
+            if expect is not None and [stamp.item for stamp in replaced] != list(expect):
+                return False
+            cut = snapshot.visible[n - 1] + 1  # dead records among them go too
+            records = _restamped(items, replaced, snapshot)
+            if await self.below.replace_oldest(cut, records, expect=snapshot.stored[:cut]):
+                return True
+            if expect is not None:
+                return False  # the caller's view is stale too: let it read again
+        raise self._changed("replace_oldest")
+
+    async def delete_where(
+        self, predicate: Predicate, *, batch_size: int = 500, prefix_only: bool = False
+    ) -> int:
+        expired = await self.session._expired_now()
+        if expired is None:
+            return 0
+
+        def matches(value: dict[str, Any]) -> bool:
+            if expired(value):
+                return True
+            try:
+                return predicate(read_record(value).item)
+            except UnknownRecord:
+                return False
+
+        return await self.below.delete_where(
+            matches, batch_size=batch_size, prefix_only=prefix_only
+        )
+
+    def _changed(self, operation: str) -> CapabilityError:
+        return CapabilityError(
+            f"the oldest records changed during each of {_ATTEMPTS} {operation} attempts; "
+            "retry later",
+            layer=type(self.session).__name__,
+            session_id=self.session.session_id,
+        )
+
+
+def _restamped(
+    items: Sequence[Item], replaced: Sequence[Stamp], snapshot: Snapshot
+) -> list[dict[str, Any]]:
+    """Records for ``items`` replacing ``replaced``: no item may outlive what it replaces."""
+    derived = current_write_time()
+    if derived is None and len(items) == len(replaced):
+        return [_record(item, old) for item, old in zip(items, replaced, strict=True)]
+    # An item that is one of those replaced (a pinned item a window keeps) keeps its own
+    # stamp; anything new derives from all of them, so it takes the oldest.
+    oldest = min(stamp.anchor for stamp in replaced)
+    if derived is not None:
+        oldest = min(oldest, derived)
+    unused = list(replaced)
+    records = []
+    for item in items:
+        same = next((old for old in unused if old.item == item), None)
+        if same is not None:
+            unused.remove(same)
+            records.append(_record(item, same))
+        else:
+            records.append(
+                write_record(
+                    dict(item),
+                    written=snapshot.now,
+                    anchor=oldest,
+                    generation=snapshot.generation,
+                    derived=True,
+                )
+            )
+    return records
+
+
+def _record(item: Item, old: Stamp) -> dict[str, Any]:
+    return write_record(
+        dict(item),
+        written=old.written,
+        anchor=old.anchor,
+        generation=old.generation,
+        derived=old.derived,
+    )
