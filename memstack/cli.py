@@ -143,12 +143,32 @@ def _find_method(stack: Session, method: str) -> Any:
 
 
 async def cmd_purge(args: argparse.Namespace) -> int:
+    if args.older_than:
+        return await _purge_by_store_time(args)
     stack = _open(args)
     try:
         purged = await _find_method(stack, "purge_expired")()
         print(f"purged {purged} expired items from session {stack.session_id!r}")
     finally:
         await _close(stack)
+    return EXIT_OK
+
+
+async def _purge_by_store_time(args: argparse.Namespace) -> int:
+    """Key-free retention: the store's own write times, no layer, no secret."""
+    from memstack.layers.ttl import purge_written_before
+    from memstack.recipes import load_recipe, parse_duration
+
+    recipe = load_recipe(args.recipe, **({"url": args.url} if args.url else {}))
+    store = recipe.open_store(args.session)
+    try:
+        purged = await purge_written_before(store, older_than=parse_duration(args.older_than))
+        print(
+            f"purged {purged} rows older than {args.older_than} from session {args.session!r}"
+            " (store write times; no key used)"
+        )
+    finally:
+        await _close(store)
     return EXIT_OK
 
 
@@ -257,7 +277,13 @@ def _parser() -> argparse.ArgumentParser:
         sub.add_argument("--model", default="gpt-4.1", help="model whose tokenizer to count with")
         if name == "inspect":
             sub.add_argument("--limit", type=int, help="show only the last N items of the view")
-    add("purge", cmd_purge, "delete a session's expired items now (TTL layer)")
+    purge = add("purge", cmd_purge, "delete a session's expired items now (TTL layer)")
+    purge.add_argument(
+        "--older-than",
+        metavar="AGE",
+        help="instead, delete rows the store wrote over AGE ago (e.g. 30d), reading no item: "
+        "no key needed; SQL stores only",
+    )
     add("rotate", cmd_rotate, "re-encrypt a session under the active key (Encrypted layer)")
     export = add("export", cmd_export, "write a session's full history as JSON Lines")
     export.add_argument("-o", "--output", help="file to write (default: standard output)")

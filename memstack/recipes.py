@@ -34,7 +34,7 @@ from memstack.backends import open_backend
 from memstack.errors import ConfigurationError, RecipeError
 from memstack.stack import LAYERS, LayerSpec, build_stack, check_options, resolve_layer
 
-__all__ = ["Recipe", "from_recipe", "load_recipe"]
+__all__ = ["Recipe", "from_recipe", "load_recipe", "parse_duration"]
 
 SECRET_OPTIONS = frozenset(
     {"key", "keys", "keyring", "password", "secret", "api_key", "legacy_sdk_key"}
@@ -54,17 +54,29 @@ class Recipe:
 
     def build(self, session_id: str) -> Session:
         """Open the store for ``session_id`` and stack the layers over it."""
+        return self.stack_over(self.open_store(session_id))
+
+    def open_store(self, session_id: str) -> Session:
+        """Only the store, with no layer over it (and no secret resolved)."""
         try:
-            store = open_backend(self.url, session_id, **self.backend_options)
+            return open_backend(self.url, session_id, **self.backend_options)
         except ConfigurationError as exc:
             raise RecipeError(f"{self.source}: [backend]: {exc}") from exc
-        return self.stack_over(store)
 
     def stack_over(self, session: Session) -> Session:
-        """These layers over an already open ``session`` (a store or a test double)."""
+        """These layers over an already open ``session`` (a store or a test double).
+
+        Secret references are resolved here, not when the recipe is loaded, so a job that
+        only needs the store (a key-free purge) runs without the secrets.
+        """
         for index, spec in enumerate(self.layers):
+            where = _where(index, spec.layer)
+            options = {
+                field: _resolve_secret(value, source=self.source, where=where, field=field)
+                for field, value in spec.options.items()
+            }
             try:
-                session = build_stack(session, [spec])
+                session = build_stack(session, [LayerSpec(spec.layer, options)])
             except ConfigurationError as exc:
                 raise RecipeError(f"{self.source}: {_where(index, spec.layer)}: {exc}") from exc
         return session
@@ -80,10 +92,7 @@ class Recipe:
         parts = [f"store({self.url})"]
         for spec in self.layers:
             name = spec.layer if isinstance(spec.layer, str) else spec.layer.__name__
-            options = ", ".join(
-                f"{key}={'<secret>' if key in SECRET_OPTIONS else value!r}"
-                for key, value in spec.options.items()
-            )
+            options = ", ".join(f"{key}={_shown(value)}" for key, value in spec.options.items())
             parts.append(f"{name}({options})")
         return " → ".join(parts)
 
@@ -92,36 +101,73 @@ def _where(index: int, layer: object) -> str:
     return f"layers[{index}] ({layer})"
 
 
-def _resolve_value(value: Any, *, source: str, where: str, field: str) -> Any:
-    """Turn ``{env=…}`` / ``{provider=…}`` references and durations into values."""
-    if isinstance(value, Mapping) and set(value) & {"env", "provider"}:
-        if "env" in value:
-            name = value["env"]
-            if name not in os.environ:
-                raise RecipeError(
-                    f"{source}: {where}: field {field!r} reads environment variable "
-                    f"{name!r}, which is not set"
-                )
-            return os.environ[name]
-        target = str(value["provider"])
-        module, _, attr = target.partition(":")
-        try:
-            provider = getattr(import_module(module), attr)
-        except (ImportError, AttributeError, ValueError) as exc:
+def parse_duration(text: str) -> timedelta:
+    """``"30d"``, ``"12h"``, ``"15m"``, ``"90s"`` or plain seconds."""
+    if match := _DURATION.match(text):
+        return timedelta(seconds=float(match[1]) * _UNITS[match[2]])
+    try:
+        return timedelta(seconds=float(text))
+    except ValueError:
+        raise ConfigurationError(
+            f"{text!r} is not a duration (write 30d, 12h, 15m, 90s or seconds)"
+        ) from None
+
+
+def _is_reference(value: Any) -> bool:
+    return isinstance(value, Mapping) and bool(set(value) & {"env", "provider"})
+
+
+def _shown(value: Any) -> str:
+    if _is_reference(value):
+        return f"env:{value['env']}" if "env" in value else f"provider:{value['provider']}"
+    return repr(value)
+
+
+def _check_value(value: Any, *, source: str, where: str, field: str) -> Any:
+    """Refuse inline secrets; turn duration strings into timedeltas; keep references."""
+    if _is_reference(value):
+        if "env" in value and not isinstance(value["env"], str):
+            raise RecipeError(f"{source}: {where}: field {field!r}: env must name a variable")
+        if "provider" in value and ":" not in str(value["provider"]):
             raise RecipeError(
-                f"{source}: {where}: field {field!r}: key provider {target!r} not found "
-                '(write provider = "package.module:function")'
-            ) from exc
-        params = {k: v for k, v in value.items() if k != "provider"}
-        return provider(**params)
+                f'{source}: {where}: field {field!r}: write provider = "package.module:function"'
+            )
+        return value
     if field in SECRET_OPTIONS:
         raise RecipeError(
             f"{source}: {where}: field {field!r} holds a secret; inline secrets are refused, "
             f'write {field} = {{ env = "NAME" }} or {{ provider = "module:function" }}'
         )
-    if isinstance(value, str) and (match := _DURATION.match(value)) and "ttl" in field:
-        return timedelta(seconds=float(match[1]) * _UNITS[match[2]])
+    if isinstance(value, str) and _DURATION.match(value) and "ttl" in field:
+        return parse_duration(value)
     return value
+
+
+def _resolve_secret(value: Any, *, source: str, where: str, field: str) -> Any:
+    """The value behind an ``{env=…}`` or ``{provider=…}`` reference."""
+    if not _is_reference(value):
+        return value
+    if "env" in value:
+        name = value["env"]
+        if name not in os.environ:
+            raise RecipeError(
+                f"{source}: {where}: field {field!r} reads environment variable "
+                f"{name!r}, which is not set"
+            )
+        return os.environ[name]
+    target = str(value["provider"])
+    module, _, attr = target.partition(":")
+    try:
+        provider = getattr(import_module(module), attr)
+    except (ImportError, AttributeError, ValueError) as exc:
+        raise RecipeError(
+            f"{source}: {where}: field {field!r}: key provider {target!r} not found "
+            '(write provider = "package.module:function")'
+        ) from exc
+    try:
+        return provider(**{k: v for k, v in value.items() if k != "provider"})
+    except ConfigurationError as exc:
+        raise RecipeError(f"{source}: {where}: field {field!r}: {exc}") from exc
 
 
 def load_recipe(recipe: str | Path | Mapping[str, Any], **overrides: Any) -> Recipe:
@@ -152,7 +198,12 @@ def load_recipe(recipe: str | Path | Mapping[str, Any], **overrides: Any) -> Rec
     if not isinstance(url, str) or not url:
         raise RecipeError(f"{source}: [backend]: field 'url' is required (a store URL)")
     backend_options = {
-        field: _resolve_value(value, source=source, where="[backend]", field=field)
+        field: _resolve_secret(
+            _check_value(value, source=source, where="[backend]", field=field),
+            source=source,
+            where="[backend]",
+            field=field,
+        )
         for field, value in backend.items()
     }
     raw_layers = data.get("layers") or []
@@ -173,11 +224,11 @@ def load_recipe(recipe: str | Path | Mapping[str, Any], **overrides: Any) -> Rec
             check_options(resolve_layer(name), options)
         except ConfigurationError as exc:
             raise RecipeError(f"{source}: {where}: {exc}") from exc
-        resolved = {
-            field: _resolve_value(value, source=source, where=where, field=field)
+        checked = {
+            field: _check_value(value, source=source, where=where, field=field)
             for field, value in options.items()
         }
-        specs.append(LayerSpec(name, resolved))
+        specs.append(LayerSpec(name, checked))
     leftover = sorted(
         set(overrides) - {spec.layer for spec in specs if isinstance(spec.layer, str)}
     )

@@ -61,7 +61,7 @@ def test_secrets_come_from_the_environment(monkeypatch, tmp_path: Path):
         session_id="u1",
     )
     assert stack.key == "s3cret" and stack.ttl == timedelta(days=30)
-    assert "s3cret" not in load_recipe(
+    assert "s3cret" not in load_recipe(  # the description names the variable only
         {"backend": {"url": "sqlite://"}, "layers": [{"layer": "keyed", "key": {"env": "RECIPE_TEST_KEY"}}]}
     ).describe()
 
@@ -95,7 +95,17 @@ def test_secrets_from_a_named_provider():
 )
 def test_validation_names_source_layer_and_field(layers, message):
     with pytest.raises(RecipeError, match=r"^<recipe>: " + message):
-        load_recipe({"backend": {"url": "sqlite://"}, "layers": layers})
+        load_recipe({"backend": {"url": "sqlite://"}, "layers": layers}).validate()
+
+
+def test_secrets_are_resolved_only_when_building(monkeypatch):
+    recipe = load_recipe({"backend": {"url": "sqlite://"},
+                          "layers": [{"layer": "keyed", "key": {"env": "RECIPE_LATE_KEY"}}]})
+    assert "env:RECIPE_LATE_KEY" in recipe.describe()
+    with pytest.raises(RecipeError, match="'RECIPE_LATE_KEY', which is not set"):
+        recipe.build("u1")
+    monkeypatch.setenv("RECIPE_LATE_KEY", "late")
+    assert recipe.build("u1").key == "late"
 
 
 def test_value_errors_surface_at_validate(tmp_path: Path):
