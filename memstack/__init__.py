@@ -17,14 +17,23 @@ from memstack.base import SessionLayer, find, iter_chain
 from memstack.errors import (
     BackendError,
     CapabilityError,
+    CompactionWarning,
     ConfigurationError,
     DecryptionError,
     ItemValidationError,
     MemstackError,
     RecipeError,
+    SummarizerError,
 )
-from memstack.layers import PassthroughSession
+from memstack.layers import (
+    CompactionSession,
+    EncryptedSession,
+    PassthroughSession,
+    SlidingWindowSession,
+    TTLSession,
+)
 from memstack.stack import LAYERS, LayerSpec, build_stack
+from memstack.tokens import TokenCounter
 
 __version__ = "0.1.0"
 
@@ -32,8 +41,11 @@ __all__ = [
     "LAYERS",
     "BackendError",
     "CapabilityError",
+    "CompactionSession",
+    "CompactionWarning",
     "ConfigurationError",
     "DecryptionError",
+    "EncryptedSession",
     "GenericCapabilities",
     "ItemValidationError",
     "LayerSpec",
@@ -41,7 +53,11 @@ __all__ = [
     "PassthroughSession",
     "RecipeError",
     "SessionLayer",
+    "SlidingWindowSession",
     "StorageCapabilities",
+    "SummarizerError",
+    "TTLSession",
+    "TokenCounter",
     "__version__",
     "build_stack",
     "capabilities_of",

@@ -28,7 +28,10 @@ __all__ = ["LAYERS", "LayerSpec", "build_stack", "check_options", "resolve_layer
 # Layer name -> "module:Class", imported on first use so unused layers cost nothing.
 LAYERS: dict[str, str] = {
     "passthrough": "memstack.layers.passthrough:PassthroughSession",
+    "window": "memstack.layers.window:SlidingWindowSession",
+    "ttl": "memstack.layers.ttl:TTLSession",
     "encrypted": "memstack.layers.encrypted:EncryptedSession",
+    "compaction": "memstack.layers.compaction:CompactionSession",
 }
 
 

@@ -55,7 +55,7 @@ def _view_layers(name: str, path: Path, overrides: dict[str, Any]) -> StrategySp
     if overrides.pop("hysteresis", False):
         for layer in layers:
             if layer["layer"] == "window":
-                layer.setdefault("hysteresis", 0.5)
+                layer.setdefault("low_watermark", 0.6)
     return recipe_strategy(name, {"backend": {"url": "memory://"}, "layers": layers})
 
 

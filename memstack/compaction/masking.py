@@ -1,0 +1,198 @@
+"""Tool-output masking: old tool outputs become a one-line placeholder; the call stays.
+
+    >>> from memstack.compaction import Mask
+    >>> items = [
+    ...     {"role": "user", "content": "open it"},
+    ...     {"type": "function_call", "call_id": "c1", "name": "read_file",
+    ...      "arguments": '{"path": "setup.py"}'},
+    ...     {"type": "function_call_output", "call_id": "c1", "output": "x" * 5000},
+    ...     {"role": "user", "content": "thanks"},
+    ... ]
+    >>> mask = Mask(templates={"read_file": "File content of {path} — re-read if needed"})
+    >>> mask.apply(items)[2]["output"]
+    'File content of setup.py — re-read if needed'
+
+A pure view transform: nothing is written, so it costs no storage and is undone by
+changing the policy. Only the output of a call/output pair changes, so the pair stays
+valid. The placeholder depends on the call alone (tool name and arguments), never on the
+output, so masking is idempotent and the masked prefix of a history stays byte-stable
+between model calls (prompt caches keep hitting).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+from memstack.errors import ConfigurationError
+from memstack.history import is_user_message, item_type, pair_key, split_turns
+
+__all__ = ["DEFAULT_TEMPLATE", "Mask"]
+
+Item = Mapping[str, Any]
+
+DEFAULT_TEMPLATE = "[Output of {tool}({args}) omitted to save context; call it again if needed]"
+# Output items whose ``output`` may be replaced by a string and stay a valid input item.
+_MASKABLE = frozenset({"function_call_output", "custom_tool_call_output"})
+_FIELD = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+def _nonnegative_int(name: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ConfigurationError(f"{name} must be an int >= 0, got {value!r}", layer="Mask")
+    return value
+
+
+def _names(name: str, value: object) -> frozenset[str] | None:
+    if value is None:
+        return None
+    if isinstance(value, str) or not isinstance(value, Collection):
+        raise ConfigurationError(
+            f"{name} must be a collection of tool names (not a string), got {value!r}",
+            layer="Mask",
+        )
+    if not all(isinstance(v, str) for v in value):
+        raise ConfigurationError(f"{name} must contain only tool names (str)", layer="Mask")
+    return frozenset(value)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Mask:
+    """Replace tool outputs older than the protected recent ones by a placeholder.
+
+    An output is kept when it lies in the last ``keep_last_turns`` user turns or is one
+    of the last ``keep_last_outputs`` tool outputs. Turns suit chat; a long single-turn
+    agent loop (one task, a hundred tool calls) needs ``keep_last_outputs``.
+    """
+
+    keep_last_turns: int = 1
+    keep_last_outputs: int = 0
+    #: Outputs shorter than this (in characters) are never masked.
+    min_chars: int = 200
+    #: Per-tool placeholder; ``{tool}``, ``{args}``, ``{call_id}`` and every top-level
+    #: argument name (``{path}``) are filled in; unknown fields stay as written.
+    templates: Mapping[str, str] = field(default_factory=dict)
+    default_template: str = DEFAULT_TEMPLATE
+    #: Only these tools are masked (None: all); ``exclude_tools`` are never masked.
+    tools: Collection[str] | None = None
+    exclude_tools: Collection[str] = frozenset()
+    #: Longest argument value copied into a placeholder.
+    max_arg_chars: int = 120
+
+    def __post_init__(self) -> None:
+        turns = _nonnegative_int("keep_last_turns", self.keep_last_turns)
+        outputs = _nonnegative_int("keep_last_outputs", self.keep_last_outputs)
+        if turns == 0 and outputs == 0:
+            raise ConfigurationError(
+                "keep_last_turns and keep_last_outputs are both 0: the model would never "
+                "see a tool result; protect at least one turn or one output",
+                layer="Mask",
+            )
+        _nonnegative_int("min_chars", self.min_chars)
+        if _nonnegative_int("max_arg_chars", self.max_arg_chars) < 8:
+            raise ConfigurationError("max_arg_chars must be >= 8", layer="Mask")
+        if not isinstance(self.templates, Mapping) or not all(
+            isinstance(k, str) and isinstance(v, str) and v for k, v in self.templates.items()
+        ):
+            raise ConfigurationError(
+                "templates must map tool names to non-empty placeholder strings", layer="Mask"
+            )
+        if not isinstance(self.default_template, str) or not self.default_template:
+            raise ConfigurationError("default_template must be a non-empty string", layer="Mask")
+        object.__setattr__(self, "templates", MappingProxyType(dict(self.templates)))
+        object.__setattr__(self, "tools", _names("tools", self.tools))
+        object.__setattr__(self, "exclude_tools", _names("exclude_tools", self.exclude_tools))
+
+    def apply(self, items: Sequence[Item]) -> list[Any]:
+        """``items`` with unprotected, large enough tool outputs replaced; input untouched."""
+        calls: dict[tuple[str, str], Item] = {}
+        outputs: list[int] = []
+        for index, item in enumerate(items):
+            key = pair_key(item)
+            if key is None:
+                continue
+            if item_type(item) in _MASKABLE:
+                outputs.append(index)
+            else:
+                calls[key] = item
+        if not outputs:
+            return list(items)
+        boundary = self._protected_from(items, outputs)
+        result = list(items)
+        for index in outputs:
+            if index >= boundary:
+                break
+            item = items[index]
+            key = pair_key(item)
+            call = calls.get(key) if key is not None else None
+            if call is not None:
+                masked = self._masked(item, call)
+                if masked is not None:
+                    result[index] = masked
+        return result
+
+    def _protected_from(self, items: Sequence[Item], outputs: list[int]) -> int:
+        """Index from which every output is protected."""
+        boundary = len(items)
+        if self.keep_last_turns:
+            user_turns = [s for s in split_turns(items) if is_user_message(items[s.start])]
+            if len(user_turns) < self.keep_last_turns:
+                return 0
+            boundary = user_turns[-self.keep_last_turns].start
+        if self.keep_last_outputs:
+            if len(outputs) <= self.keep_last_outputs:
+                return 0
+            boundary = min(boundary, outputs[-self.keep_last_outputs])
+        return boundary
+
+    def _masked(self, output: Item, call: Item) -> dict[str, Any] | None:
+        tool = str(call.get("name") or item_type(call))
+        if tool in self.exclude_tools or (self.tools is not None and tool not in self.tools):
+            return None
+        text = output.get("output")
+        size = len(text) if isinstance(text, str) else len(json.dumps(text, default=str))
+        if size < self.min_chars:
+            return None
+        placeholder = self.placeholder(call)
+        if len(placeholder) >= size:
+            return None
+        return {**output, "output": placeholder}
+
+    def placeholder(self, call: Item) -> str:
+        """The text that stands for the output of ``call``."""
+        tool = str(call.get("name") or item_type(call))
+        arguments = _arguments(call)
+        fields: dict[str, str] = {
+            name: self._clip(value if isinstance(value, str) else json.dumps(value))
+            for name, value in arguments.items()
+        }
+        rendered = ", ".join(
+            f"{name}={json.dumps(value, ensure_ascii=False)}" for name, value in arguments.items()
+        )
+        fields.update(
+            tool=tool,
+            args=self._clip(rendered),
+            call_id=str(call.get("call_id") or call.get("id") or ""),
+        )
+        template = self.templates.get(tool, self.default_template)
+        return _FIELD.sub(lambda m: fields.get(m.group(1), m.group(0)), template)
+
+    def _clip(self, text: str) -> str:
+        if len(text) <= self.max_arg_chars:
+            return text
+        return text[: self.max_arg_chars - 1] + "…"
+
+
+def _arguments(call: Item) -> dict[str, Any]:
+    raw = call.get("arguments", call.get("input", call.get("action")))
+    if isinstance(raw, str):
+        try:
+            parsed = json.loads(raw)
+        except ValueError:
+            return {"input": raw}
+        return parsed if isinstance(parsed, dict) else {"input": parsed}
+    return dict(raw) if isinstance(raw, Mapping) else {}

@@ -1,0 +1,150 @@
+"""Turn the newest stored entries into what the model sees: summary + uncovered tail.
+
+    >>> from memstack.compaction.view import Need, resolve
+    >>> stored = [{"role": "user", "content": "hi"}]
+    >>> resolve(stored, complete=True).view
+    [{'role': 'user', 'content': 'hi'}]
+    >>> resolve(stored, complete=False)
+    <Need.MORE: 'more'>
+
+Pure: the layer reads a tail window of the store and asks; ``Need.MORE`` means "read a
+longer tail", ``Need.SIZE`` "tell me how many entries the store holds" (a cheap count lets
+the first covered item be checked without reading back to it). The newest record whose
+anchors are all present wins; records are never part of the view.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from memstack.compaction.records import (
+    Anchors,
+    Record,
+    RecordFormatError,
+    digest,
+    is_record,
+    item_hash,
+    parse_record,
+)
+
+__all__ = ["Need", "Resolution", "resolve"]
+
+logger = logging.getLogger("memstack.compaction")
+
+Item = dict[str, Any]
+
+
+class Need(enum.Enum):
+    MORE = "more"
+    SIZE = "size"
+
+
+@dataclass(frozen=True)
+class Resolution:
+    """One read of the store, resolved: the record that applies and what it leaves."""
+
+    window: Sequence[Item]
+    hashes: Sequence[str | None]  # per window entry; None for records
+    record: Record | None = None
+    record_index: int = -1
+    anchor_index: int = -1  # last covered entry (the record itself in rewrite mode)
+    raw_indices: tuple[int, ...] = ()  # uncovered items, oldest first
+    reach: int = 0  # oldest window index the answer depended on
+
+    @property
+    def raw(self) -> list[Item]:
+        return [self.window[i] for i in self.raw_indices]
+
+    @property
+    def head(self) -> list[Item]:
+        return self.record.head if self.record is not None else []
+
+    @property
+    def view(self) -> list[Item]:
+        """Unmasked view: the record's pinned and summary items, then the uncovered tail."""
+        return [*self.head, *self.raw]
+
+
+def resolve(
+    window: Sequence[Item],
+    *,
+    complete: bool,
+    store_size: int | None = None,
+    trust_first: bool = False,
+) -> Resolution | Need:
+    """Resolve the last ``len(window)`` stored entries (all of them when ``complete``).
+
+    ``trust_first``: for a store that cannot count, take a first covered item beyond the
+    window as present rather than asking for the whole store (see the layer's docs).
+    """
+    hashes = [None if is_record(entry) else item_hash(entry) for entry in window]
+    for r in range(len(window) - 1, -1, -1):
+        if hashes[r] is not None:
+            continue
+        try:
+            record = parse_record(window[r])
+        except RecordFormatError as exc:
+            # Non-destructive: an unreadable record only means that compaction is not used.
+            logger.warning("ignoring stored compaction record: %s", exc)
+            continue
+        if record.anchors is None:
+            return _resolution(window, hashes, record, r, r, reach=r)
+        found = _locate(hashes, r, record.anchors, complete)
+        if isinstance(found, Need):
+            return found
+        if found is None:
+            continue
+        start = found - (record.anchors.span - 1)
+        if start >= 0:
+            present = hashes[start] == record.anchors.first
+        elif complete:
+            present = False
+        elif store_size is not None:
+            # Entries only leave a store oldest first, so the first covered item is still
+            # there exactly when the store reaches back ``span`` entries from the anchor.
+            present = store_size - len(window) + start >= 0
+        elif trust_first:
+            present = True
+        else:
+            return Need.SIZE
+        if present:
+            reach = start if start >= 0 else found
+            return _resolution(window, hashes, record, r, found, reach=reach)
+    if not complete:
+        return Need.MORE
+    return _resolution(window, hashes, None, -1, -1, reach=0)
+
+
+def _locate(
+    hashes: Sequence[str | None], r: int, anchors: Anchors, complete: bool
+) -> int | Need | None:
+    """Window index of the record's last covered item, or None when it is gone.
+
+    The anchor is exactly ``after`` items before the record (older records between them
+    do not count): a popped, replaced or expired item there means the record is void.
+    """
+    before = [i for i in range(r) if hashes[i] is not None]
+    if len(before) <= anchors.after:
+        return None if complete else Need.MORE
+    p = before[-(anchors.after + 1)]
+    between = before[len(before) - anchors.after :]
+    if hashes[p] != anchors.last or digest(str(hashes[i]) for i in between) != anchors.after_hash:
+        return None
+    return p
+
+
+def _resolution(
+    window: Sequence[Item],
+    hashes: Sequence[str | None],
+    record: Record | None,
+    record_index: int,
+    anchor_index: int,
+    *,
+    reach: int,
+) -> Resolution:
+    raw = tuple(i for i in range(anchor_index + 1, len(window)) if hashes[i] is not None)
+    return Resolution(window, hashes, record, record_index, anchor_index, raw, reach)

@@ -1,0 +1,122 @@
+"""Mask: which outputs are replaced, what the placeholder says, and that pairs stay valid."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from memstack import ConfigurationError
+from memstack.compaction import Mask
+from memstack.history import history_problems
+
+BIG = "line of output\n" * 100  # 1500 characters
+
+
+def call(call_id: str, name: str, **args: Any) -> dict[str, Any]:
+    return {"type": "function_call", "call_id": call_id, "name": name,
+            "arguments": json.dumps(args)}
+
+
+def output(call_id: str, text: str = BIG) -> dict[str, Any]:
+    return {"type": "function_call_output", "call_id": call_id, "output": text}
+
+
+def user(text: str) -> dict[str, Any]:
+    return {"role": "user", "content": text}
+
+
+def history() -> list[dict[str, Any]]:
+    return [
+        {"role": "system", "content": "be brief"},
+        user("read two files"),
+        call("c1", "read_file", path="a.py"),
+        output("c1"),
+        call("c2", "grep", pattern="TODO", path="src"),
+        output("c2"),
+        {"role": "assistant", "content": "done"},
+        user("and a third"),
+        call("c3", "read_file", path="b.py"),
+        output("c3"),
+    ]
+
+
+def outputs_of(items: list[dict[str, Any]]) -> list[str]:
+    return [i["output"] for i in items if i.get("type") == "function_call_output"]
+
+
+def test_outputs_before_the_last_turn_become_placeholders_naming_the_call() -> None:
+    items = history()
+    masked = Mask(templates={"read_file": "File content of {path} — re-read if needed"}).apply(
+        items
+    )
+    assert outputs_of(masked) == [
+        "File content of a.py — re-read if needed",
+        '[Output of grep(pattern="TODO", path="src") omitted to save context; '
+        "call it again if needed]",
+        BIG,  # the last turn is kept verbatim
+    ]
+    # Only outputs change; calls, messages and order stay; the input list is untouched.
+    assert [i for i in masked if i.get("type") != "function_call_output"] == [
+        i for i in items if i.get("type") != "function_call_output"
+    ]
+    assert items == history()
+    assert history_problems(masked) == []
+
+
+def test_keep_last_outputs_masks_inside_one_long_turn() -> None:
+    steps = [(call(f"c{n}", "bash", command=f"ls {n}"), output(f"c{n}")) for n in range(5)]
+    items = [user("fix it"), *[item for step in steps for item in step]]
+    # One user turn: keep_last_turns protects it all; keep_last_outputs does not.
+    assert outputs_of(Mask(keep_last_turns=1).apply(items)) == [BIG] * 5
+    masked = outputs_of(Mask(keep_last_turns=0, keep_last_outputs=2).apply(items))
+    assert masked[3:] == [BIG, BIG]
+    assert all(text.startswith("[Output of bash(command=") for text in masked[:3])
+
+
+def test_thresholds_and_tool_lists() -> None:
+    items = history()
+    assert outputs_of(Mask(min_chars=2000).apply(items)) == [BIG] * 3
+    only_grep = outputs_of(Mask(tools=["grep"]).apply(items))
+    assert only_grep[0] == BIG and only_grep[1] != BIG
+    not_grep = outputs_of(Mask(exclude_tools={"grep"}).apply(items))
+    assert not_grep[0] != BIG and not_grep[1] == BIG
+
+
+def test_placeholder_never_longer_than_the_output_and_masking_is_idempotent() -> None:
+    items = [user("q"), call("c1", "f", x="y" * 500), output("c1", "short output " * 20),
+             user("next")]
+    mask = Mask(min_chars=0)
+    once = mask.apply(items)
+    assert once[2]["output"] != items[2]["output"]
+    assert len(once[2]["output"]) < len(items[2]["output"])
+    assert "…" in once[2]["output"]  # long argument values are clipped
+    assert mask.apply(once) == once
+    tiny = [user("q"), call("c1", "f"), output("c1", "ok"), user("next")]
+    assert mask.apply(tiny) == tiny
+
+
+def test_unknown_template_fields_stay_and_structured_outputs_are_masked() -> None:
+    structured = {"type": "function_call_output", "call_id": "c1",
+                  "output": [{"type": "input_text", "text": BIG}]}
+    items = [user("q"), call("c1", "read_file", path="x"), structured, user("next")]
+    masked = Mask(templates={"read_file": "{path} {nope} {tool}"}).apply(items)
+    assert masked[2]["output"] == "x {nope} read_file"
+
+
+@pytest.mark.parametrize(
+    ("options", "field"),
+    [
+        ({"keep_last_turns": -1}, "keep_last_turns"),
+        ({"keep_last_turns": 0, "keep_last_outputs": 0}, "keep_last_outputs"),
+        ({"min_chars": "10"}, "min_chars"),
+        ({"templates": {"read_file": ""}}, "templates"),
+        ({"tools": "read_file"}, "tools"),
+        ({"exclude_tools": [1]}, "exclude_tools"),
+        ({"max_arg_chars": 2}, "max_arg_chars"),
+    ],
+)
+def test_options_are_validated(options: dict[str, Any], field: str) -> None:
+    with pytest.raises(ConfigurationError, match=field):
+        Mask(**options)
