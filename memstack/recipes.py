@@ -138,13 +138,23 @@ def _check_value(value: Any, *, source: str, where: str, field: str) -> Any:
             f"{source}: {where}: field {field!r} holds a secret; inline secrets are refused, "
             f'write {field} = {{ env = "NAME" }} or {{ provider = "module:function" }}'
         )
+    if isinstance(value, Mapping):  # nested tables (a summariser's api_key, …)
+        return {k: _check_value(v, source=source, where=where, field=k) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_check_value(v, source=source, where=where, field=field) for v in value]
     if isinstance(value, str) and _DURATION.match(value) and "ttl" in field:
         return parse_duration(value)
     return value
 
 
 def _resolve_secret(value: Any, *, source: str, where: str, field: str) -> Any:
-    """The value behind an ``{env=…}`` or ``{provider=…}`` reference."""
+    """The value behind an ``{env=…}`` or ``{provider=…}`` reference, at any depth."""
+    if isinstance(value, Mapping) and not _is_reference(value):
+        return {
+            k: _resolve_secret(v, source=source, where=where, field=k) for k, v in value.items()
+        }
+    if isinstance(value, list):
+        return [_resolve_secret(v, source=source, where=where, field=field) for v in value]
     if not _is_reference(value):
         return value
     if "env" in value:

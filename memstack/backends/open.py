@@ -15,6 +15,7 @@ URL → SDK session:
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from agents.memory import Session, SQLiteSession
@@ -50,8 +51,18 @@ def open_backend(url: str, session_id: str, **options: Any) -> Session:
     """The SDK session for ``url``; ``options`` go to its constructor.
 
     SQLAlchemy URLs create their tables unless ``create_tables=False`` and accept a shared
-    ``engine=`` (one pool for many sessions). ``redis://`` accepts ``key_prefix=``.
+    ``engine=`` (one pool for many sessions). ``redis://`` accepts ``key_prefix=``. A store
+    that cannot be opened (a SQLite file in a missing folder) raises ``BackendError``.
     """
+    with store_errors(None, doing=f"opening {_without_password(url)}"):
+        return _open(url, session_id, options)
+
+
+def _without_password(url: str) -> str:
+    return re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", url)
+
+
+def _open(url: str, session_id: str, options: dict[str, Any]) -> Session:
     if not isinstance(session_id, str) or not session_id:
         raise ConfigurationError("session_id must be a non-empty string")
     scheme, sep, _ = url.partition("://")

@@ -30,16 +30,19 @@ def store_exception_types() -> tuple[type[BaseException], ...]:
 
 
 @contextmanager
-def store_errors(store: object, *, layer: str | None = None) -> Iterator[None]:
-    """Re-raise store failures as ``BackendError`` naming the store and the cause."""
+def store_errors(
+    store: object, *, layer: str | None = None, doing: str | None = None
+) -> Iterator[None]:
+    """Re-raise store failures as ``BackendError`` naming the store (or ``doing``) and cause."""
     try:
         yield
     except MemstackError:
         raise
     except store_exception_types() as exc:
         session_id = getattr(store, "session_id", None)
+        what = doing or f"{type(store).__name__} failed"
         raise BackendError(
-            f"{type(store).__name__} failed: {type(exc).__name__}: {exc}".strip(),
+            f"{what}: {type(exc).__name__}: {exc}".strip(),
             layer=layer,
             session_id=session_id if isinstance(session_id, str) else None,
         ) from exc

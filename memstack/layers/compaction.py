@@ -52,7 +52,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import warnings
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -61,6 +61,7 @@ from agents.memory.session_settings import resolve_session_limit
 
 from memstack.backends.capabilities import GenericCapabilities, capabilities_of
 from memstack.base import SessionLayer
+from memstack.compaction.config import strategy_from_config, trigger_from_config
 from memstack.compaction.masking import Mask
 from memstack.compaction.plan import Plan, anchors_after, choose_stop, plan_compaction
 from memstack.compaction.records import Record, RecordFormatError, is_record, parse_record
@@ -96,14 +97,15 @@ class CompactionSession(SessionLayer):
     """Shows the model masked tool outputs and a summary instead of old history."""
 
     layer_name = "compaction"
+    view_only = True
     transforms_items = True
 
     def __init__(
         self,
         inner: Session,
         *,
-        strategy: Strategy | Sequence[Strategy],
-        trigger: Trigger | None = None,
+        strategy: Strategy | Sequence[Strategy] | Mapping[str, Any] | Sequence[Mapping[str, Any]],
+        trigger: Trigger | Mapping[str, Any] | None = None,
         keep_last_turns: int = 1,
         mode: Literal["append", "rewrite"] = "append",
         on_error: Literal["warn", "raise"] = "warn",
@@ -112,6 +114,11 @@ class CompactionSession(SessionLayer):
     ) -> None:
         super().__init__(inner)
         name = type(self).__name__
+        try:  # recipes write policies as plain tables
+            strategy = strategy_from_config(strategy)
+            trigger = trigger_from_config(trigger)
+        except ConfigurationError as exc:
+            raise ConfigurationError(exc.reason, layer=name) from exc
         self.mask, self.compactor = _split_strategy(strategy, name)
         if self.compactor is not None and isinstance(self.backend, OpenAIConversationsSession):
             raise ConfigurationError(
@@ -131,26 +138,31 @@ class CompactionSession(SessionLayer):
                 "Mask alone applies on every read",
                 layer=name,
             )
-        if isinstance(keep_last_turns, bool) or not isinstance(keep_last_turns, int) or (
-            keep_last_turns < 0
+        if (
+            isinstance(keep_last_turns, bool)
+            or not isinstance(keep_last_turns, int)
+            or (keep_last_turns < 0)
         ):
             raise ConfigurationError(
                 f"keep_last_turns must be an int >= 0, got {keep_last_turns!r}", layer=name
             )
         if mode not in ("append", "rewrite"):
-            raise ConfigurationError(f"mode must be 'append' or 'rewrite', got {mode!r}",
-                                     layer=name)
+            raise ConfigurationError(
+                f"mode must be 'append' or 'rewrite', got {mode!r}", layer=name
+            )
         if on_error not in ("warn", "raise"):
-            raise ConfigurationError(f"on_error must be 'warn' or 'raise', got {on_error!r}",
-                                     layer=name)
+            raise ConfigurationError(
+                f"on_error must be 'warn' or 'raise', got {on_error!r}", layer=name
+            )
         if model is not None and counter is not None:
             raise ConfigurationError("pass model or counter, not both", layer=name)
         if counter is not None and not callable(getattr(counter, "count_item", None)):
             raise ConfigurationError("counter must have a count_item(item) method", layer=name)
         if mode == "rewrite":
             if self.compactor is None:
-                raise ConfigurationError("mode='rewrite' needs Summarize or ResponsesCompact",
-                                         layer=name)
+                raise ConfigurationError(
+                    "mode='rewrite' needs Summarize or ResponsesCompact", layer=name
+                )
             if not capabilities_of(inner).atomic:
                 raise CapabilityError(
                     f"mode='rewrite' needs a store that replaces items atomically; "
@@ -189,7 +201,7 @@ class CompactionSession(SessionLayer):
         limit = resolve_session_limit(limit, self.session_settings)
         if limit is None:
             return view  # type: ignore[return-value]
-        return (view[-limit:] if limit > 0 else [])  # type: ignore[return-value]
+        return view[-limit:] if limit > 0 else []  # type: ignore[return-value]
 
     async def add_items(
         self, items: list[TResponseInputItem], *, wrapper: RunContextWrapper[Any] | None = None

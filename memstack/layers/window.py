@@ -298,6 +298,7 @@ class SlidingWindowSession(SessionLayer):
     """Shows the model the newest part of the history that fits the budgets."""
 
     layer_name = "window"
+    view_only = True
 
     def __init__(
         self,

@@ -61,3 +61,16 @@ def test_bad_urls(url: str, message: str):
 def test_session_id_required():
     with pytest.raises(ConfigurationError, match="session_id must be a non-empty string"):
         open_backend("sqlite://:memory:", "")
+
+
+def test_a_store_that_cannot_be_opened_raises_backend_error(tmp_path: Path):
+    from memstack import BackendError
+
+    with pytest.raises(BackendError, match=r"^opening sqlite:///.*/missing/x.db: OperationalError"):
+        open_backend(f"sqlite:///{tmp_path}/missing/x.db", "s")
+
+
+def test_passwords_never_appear_in_open_errors():
+    from memstack.backends.open import _without_password
+
+    assert _without_password("postgresql://app:hunter2@db/x") == "postgresql://app:***@db/x"
