@@ -310,6 +310,12 @@ def _parser() -> argparse.ArgumentParser:
     tokens.add_argument("--model", default="gpt-4o", help="model to tokenise and price for")
     tokens.add_argument("--prices", help="TOML/JSON price table overriding the defaults")
     tokens.add_argument("--out", default="bench-results", help="directory for CSV/JSON/PNG")
+    tokens.add_argument(
+        "--real-summaries",
+        action="store_true",
+        help="summarise with the recipes' model (needs OPENAI_API_KEY; costs money); "
+        "default: the deterministic extractive summariser, labelled as such",
+    )
     return parser
 
 

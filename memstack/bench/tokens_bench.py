@@ -6,6 +6,7 @@ $ memstack bench tokens --out bench-results
 
 from __future__ import annotations
 
+import os
 import random
 import time
 from collections.abc import Sequence
@@ -26,37 +27,69 @@ RECIPES = Path(__file__).resolve().parents[2] / "recipes"
 QUICK_PER_FILE = 12
 
 
-def memstack_strategies() -> list[StrategySpec]:
-    """memstack stacks from the shipped recipes, only their view-shaping layers."""
+EXTRACTIVE: dict[str, Any] = {"extractive": {}}
+# Not a shipped recipe: a small budget, so summaries happen on these transcripts too.
+SMALL_BUDGET_SUMMARY: list[dict[str, Any]] = [
+    {
+        "layer": "compaction",
+        "keep_last_turns": 1,
+        "trigger": {"tokens": 8000, "target": 4000},
+        "strategy": [
+            {"mask": {"keep_last_turns": 1, "keep_last_outputs": 4, "min_chars": 300}},
+            {"summarize": {"max_tokens": 800, "summarizer": EXTRACTIVE}},
+        ],
+    }
+]
+
+
+def memstack_strategies(*, real_summaries: bool = False) -> list[StrategySpec]:
+    """memstack stacks from the shipped recipes (their view-shaping layers), and one more.
+
+    Summaries come from the deterministic extractive summariser, and the strategy name
+    says so, unless ``real_summaries`` (then the recipe's model is called: it costs money).
+    """
+    import tomllib
+
     specs = []
-    for name, path, overrides in [
-        ("memstack window (tokens)", "customer-support.toml", {}),
-        ("memstack window + hysteresis", "customer-support.toml", {"hysteresis": True}),
-        ("memstack masking-first (coding)", "coding-agent.toml", {}),
+    for name, path, window in [
+        ("memstack window (customer-support)", "customer-support.toml", {"low_watermark": None}),
+        ("memstack window + hysteresis (customer-support)", "customer-support.toml", {}),
+        ("memstack masking-first (coding-agent)", "coding-agent.toml", {}),
         ("memstack production blueprint", "production.toml", {}),
     ]:
         file = RECIPES / path
-        if file.exists():
-            specs.append(_view_layers(name, file, overrides))
+        if not file.exists():
+            continue
+        # Storage-side layers (TTL, encryption) change what is stored, not what is sent.
+        layers = [
+            dict(layer)
+            for layer in tomllib.loads(file.read_text(encoding="utf-8")).get("layers", [])
+            if layer.get("layer") in ("compaction", "window")
+        ]
+        for layer in layers:
+            if layer["layer"] == "window":
+                layer.update(window)
+                if layer.get("low_watermark") is None:
+                    layer.pop("low_watermark", None)
+        specs.append(_stack(name, layers, real_summaries=real_summaries))
+    specs.append(
+        _stack("memstack mask + summary, 8k trigger", SMALL_BUDGET_SUMMARY, real_summaries=False)
+    )
     return specs
 
 
-def _view_layers(name: str, path: Path, overrides: dict[str, Any]) -> StrategySpec:
-    import tomllib
-
-    data = tomllib.loads(path.read_text(encoding="utf-8"))
-    # Storage-side layers (TTL, encryption) change what is stored, not what is sent;
-    # the benchmark keeps the layers that shape the model's input.
-    layers = [
-        dict(layer)
-        for layer in data.get("layers", [])
-        if layer.get("layer") in ("compaction", "window")
-    ]
-    if overrides.pop("hysteresis", False):
-        for layer in layers:
-            if layer["layer"] == "window":
-                layer.setdefault("low_watermark", 0.6)
-    return recipe_strategy(name, {"backend": {"url": "memory://"}, "layers": layers})
+def _stack(name: str, layers: list[dict[str, Any]], *, real_summaries: bool) -> StrategySpec:
+    offline = False
+    for layer in layers:
+        steps = layer.get("strategy", []) if layer["layer"] == "compaction" else []
+        for index, step in enumerate(steps):
+            if "summarize" not in step:
+                continue
+            if not real_summaries:
+                steps[index] = {"summarize": {**step["summarize"], "summarizer": EXTRACTIVE}}
+            offline = offline or steps[index]["summarize"]["summarizer"] == EXTRACTIVE
+    label = f"{name} [extractive summaries]" if offline else name
+    return recipe_strategy(label, {"backend": {"url": "memory://"}, "layers": layers})
 
 
 def _sample(conversations: list[Conversation], count: int, seed: int = 7) -> list[Conversation]:
@@ -72,6 +105,7 @@ async def run_tokens_bench(
     prices: Path | None = None,
     out: Path = Path("bench-results"),
     baselines: Sequence[str] = tuple(NAMED_BASELINES),
+    real_summaries: bool = False,
 ) -> list[dict[str, Any]]:
     from memstack.tokens import TokenCounter
 
@@ -88,7 +122,11 @@ async def run_tokens_bench(
     for path in paths:
         loaded = list(load_conversations(path))
         conversations.extend(_sample(loaded, QUICK_PER_FILE) if quick else loaded)
-    strategies = [NAMED_BASELINES[name]() for name in baselines] + memstack_strategies()
+    if real_summaries and not os.environ.get("OPENAI_API_KEY"):
+        raise ConfigurationError("--real-summaries needs OPENAI_API_KEY")
+    strategies = [NAMED_BASELINES[name]() for name in baselines] + memstack_strategies(
+        real_summaries=real_summaries
+    )
     counter = TokenCounter(model)
 
     bar = progress_bar(len(conversations), "replaying", unit="conv")

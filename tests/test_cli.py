@@ -1,0 +1,218 @@
+"""The ``memstack`` command line, run as a subprocess: output, exit codes, one-line errors."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from memstack.crypto import generate_key
+
+KEY = generate_key()
+OTHER_KEY = generate_key()
+
+
+def memstack(*args: str, env: dict[str, str] | None = None, cwd: Path | None = None,
+             timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    full_env = {**os.environ, "MEMSTACK_CLI_KEY": KEY, **(env or {})}
+    full_env.pop("OPENAI_API_KEY", None)
+    return subprocess.run(
+        [sys.executable, "-m", "memstack", *args],
+        capture_output=True, text=True, env=full_env, cwd=cwd, timeout=timeout,
+    )
+
+
+def one_line_error(result: subprocess.CompletedProcess[str]) -> str:
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("memstack: error: "), lines[0]
+    assert "Traceback" not in result.stderr
+    return lines[0]
+
+
+@pytest.fixture
+def recipe(tmp_path: Path) -> Path:
+    path = tmp_path / "stack.toml"
+    path.write_text(f"""
+[backend]
+url = "sqlite:///{tmp_path / 'cli.db'}"
+
+[[layers]]
+layer = "ttl"
+ttl = "30d"
+
+[[layers]]
+layer = "encrypted"
+key = {{ env = "MEMSTACK_CLI_KEY" }}
+
+[[layers]]
+layer = "window"
+max_items = 3
+""")
+    return path
+
+
+def history(tmp_path: Path) -> Path:
+    path = tmp_path / "history.jsonl"
+    items = [
+        {"role": "user", "content": "Where is order A-1042?"},
+        {"type": "function_call", "call_id": "c1", "name": "lookup", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "c1", "output": "shipped"},
+        {"role": "assistant", "content": "It has shipped."},
+        {"role": "user", "content": "Thanks"},
+    ]
+    path.write_text("".join(json.dumps(item) + "\n" for item in items))
+    return path
+
+
+def test_help_lists_every_command():
+    result = memstack("--help")
+    assert result.returncode == 0
+    for command in ("validate", "inspect", "stats", "purge", "rotate", "export", "import",
+                    "demo", "bench"):
+        assert command in result.stdout
+
+
+def test_validate_shows_the_chain(recipe: Path):
+    result = memstack("validate", str(recipe))
+    assert result.returncode == 0, result.stderr
+    assert "ok: " in result.stdout
+    assert "store(sqlite:///" in result.stdout
+    assert "→ ttl(" in result.stdout and "→ encrypted(key=env:MEMSTACK_CLI_KEY)" in result.stdout
+    assert KEY not in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("[backend]\nurl='sqlite://'\n[[layers]]\nlayer='window'\nmax_itemz=3\n",
+         r"layers[0] (window): SlidingWindowSession: unknown option(s) max_itemz; allowed:"),
+        ("[backend]\nurl='sqlite://'\n[[layers]]\nlayer='encrypted'\nkey='inline'\n",
+         "field 'key' holds a secret; inline secrets are refused"),
+        ("[backend]\nurl='sqlite://'\n[[layers]]\nlayer='window'\nmax_items=0\n",
+         "layers[0] (window): SlidingWindowSession: max_items"),
+    ],
+)
+def test_validate_bad_fields_exit_2(tmp_path: Path, text: str, expected: str):
+    path = tmp_path / "bad.toml"
+    path.write_text(text)
+    result = memstack("validate", str(path))
+    assert result.returncode == 2
+    assert expected in one_line_error(result)
+
+
+def test_missing_recipe_file(tmp_path: Path):
+    result = memstack("validate", str(tmp_path / "nope.toml"))
+    assert result.returncode == 2
+    assert "nope.toml: no such recipe file" in one_line_error(result)
+
+
+def test_import_inspect_stats_export_round_trip(recipe: Path, tmp_path: Path):
+    imported = memstack("import", str(recipe), "--session", "u1", str(history(tmp_path)))
+    assert imported.returncode == 0, imported.stderr
+    assert "imported 5 items into session 'u1'" in imported.stdout
+
+    inspected = memstack("inspect", str(recipe), "--session", "u1")
+    assert inspected.returncode == 0, inspected.stderr
+    lines = inspected.stdout.splitlines()
+    rows = {line.split()[0]: line.split()[1:] for line in lines if line[:1].isalpha()}
+    assert rows["SlidingWindowSession"][0] == "1"  # the window shows the last user turn
+    assert rows["EncryptedSession"][0] == "5" and rows["TTLSession"][0] == "5"
+    assert rows["SQLiteSession"][0] == "5"
+    assert "what the model is sent (1 items)" in inspected.stdout
+
+    stats = memstack("stats", str(recipe), "--session", "u1")
+    assert stats.returncode == 0, stats.stderr
+    assert "history items   5" in stats.stdout and "view items      1" in stats.stdout
+
+    out = tmp_path / "export.jsonl"
+    exported = memstack("export", str(recipe), "--session", "u1", "-o", str(out))
+    assert exported.returncode == 0, exported.stderr
+    assert out.read_text() == history(tmp_path).read_text().replace('": ', '": ').replace(
+        ", ", ", ")
+    assert [json.loads(line) for line in out.read_text().splitlines()] == [
+        json.loads(line) for line in history(tmp_path).read_text().splitlines()
+    ]
+    # The database holds no plaintext: the layers encrypt before storing.
+    assert b"A-1042" not in (tmp_path / "cli.db").read_bytes()
+
+
+def test_import_rejects_bad_lines(recipe: Path, tmp_path: Path):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"role": "user", "content": "ok"}\nnot json\n')
+    result = memstack("import", str(recipe), "--session", "u1", str(bad))
+    assert result.returncode == 2
+    assert "bad.jsonl:2: not JSON" in one_line_error(result)
+
+
+def test_wrong_key_is_one_line_and_exit_1(recipe: Path, tmp_path: Path):
+    assert memstack("import", str(recipe), "--session", "u2", str(history(tmp_path))).returncode == 0
+    result = memstack("inspect", str(recipe), "--session", "u2",
+                      env={"MEMSTACK_CLI_KEY": OTHER_KEY})
+    assert result.returncode == 1
+    error = one_line_error(result)
+    assert "EncryptedSession session 'u2'" in error and "key" in error
+
+
+def test_debug_shows_the_traceback(recipe: Path, tmp_path: Path):
+    memstack("import", str(recipe), "--session", "u3", str(history(tmp_path)))
+    result = memstack("--debug", "inspect", str(recipe), "--session", "u3",
+                      env={"MEMSTACK_CLI_KEY": OTHER_KEY})
+    assert result.returncode != 0 and "Traceback" in result.stderr
+
+
+def test_unreachable_database(recipe: Path):
+    result = memstack("stats", str(recipe), "--session", "u1",
+                      "--url", "postgresql://postgres@127.0.0.1:1/test")
+    assert result.returncode == 1
+    assert "BackendError" not in (error := one_line_error(result))
+    assert "127.0.0.1" in error or "Connect" in error or "refused" in error.lower()
+
+
+def test_rotate_and_purge(recipe: Path, tmp_path: Path):
+    assert memstack("import", str(recipe), "--session", "u4", str(history(tmp_path))).returncode == 0
+    rotated = memstack("rotate", str(recipe), "--session", "u4")
+    assert rotated.returncode == 0, rotated.stderr
+    assert "re-encrypted" in rotated.stdout
+    purged = memstack("purge", str(recipe), "--session", "u4")
+    assert purged.returncode == 0, purged.stderr
+    assert "purged 0 expired items" in purged.stdout
+    # Key-free purge by the store's own write time: no key in the environment at all.
+    by_age = memstack("purge", str(recipe), "--session", "u4", "--older-than", "0s",
+                      env={"MEMSTACK_CLI_KEY": ""})
+    assert by_age.returncode == 0, by_age.stderr
+    assert "no key used" in by_age.stdout
+
+
+def test_purge_without_a_ttl_layer_says_so(tmp_path: Path):
+    path = tmp_path / "plain.toml"
+    path.write_text(f"[backend]\nurl = 'sqlite:///{tmp_path / 'p.db'}'\n")
+    result = memstack("purge", str(path), "--session", "u1")
+    assert result.returncode == 2
+    assert "no layer in this recipe has purge_expired()" in one_line_error(result)
+
+
+def test_demo_runs_offline(tmp_path: Path):
+    result = memstack("demo", "--url", f"sqlite:///{tmp_path / 'demo.db'}", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "scripted model (offline" in result.stdout
+    assert "You first asked about order A-1042." in result.stdout
+    assert "tokens sent" in result.stdout
+
+
+def test_bench_tokens_on_a_small_file(tmp_path: Path):
+    data = Path(__file__).resolve().parents[2] / "shared" / "data" / "airline_tau.jsonl"
+    small = tmp_path / "two.jsonl"
+    small.write_text("".join(data.read_text().splitlines(keepends=True)[:2]))
+    result = memstack("bench", "tokens", str(small), "--out", str(tmp_path / "out"), timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert "full history" in result.stdout and "memstack" in result.stdout
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert summary["meta"]["conversations"] == 2
+    memstack_rows = [row for row in summary["strategies"] if row["kind"] == "memstack"]
+    assert memstack_rows and all(row["invalid_views"] == 0 for row in memstack_rows)
+    assert (tmp_path / "out" / "calls.csv").exists()
