@@ -1,10 +1,13 @@
 """memstack: composable session layers for the OpenAI Agents SDK.
 
-from memstack import build_stack, open_backend, LayerSpec
+    from memstack import LayerSpec, build_stack, from_recipe, open_backend
 
-store = open_backend("sqlite:///chat.db", "user-42")
-session = build_stack(store, [LayerSpec("passthrough")])
-# await Runner.run(agent, "Hello", session=session)
+    store = open_backend("sqlite:///chat.db", "user-42")
+    session = build_stack(
+        store, [LayerSpec("ttl", {"ttl": 86400}), LayerSpec("window", {"max_turns": 20})]
+    )
+    # or: session = from_recipe("recipes/dev-sqlite.toml", session_id="user-42")
+    # await Runner.run(agent, "Hello", session=session)
 """
 
 from memstack.backends import (
@@ -24,6 +27,7 @@ from memstack.errors import (
     MemstackError,
     RecipeError,
     SummarizerError,
+    VocabularyError,
 )
 from memstack.layers import (
     CompactionSession,
@@ -32,6 +36,7 @@ from memstack.layers import (
     SlidingWindowSession,
     TTLSession,
 )
+from memstack.recipes import from_recipe, load_recipe
 from memstack.stack import LAYERS, LayerSpec, build_stack
 from memstack.tokens import TokenCounter
 
@@ -58,10 +63,13 @@ __all__ = [
     "SummarizerError",
     "TTLSession",
     "TokenCounter",
+    "VocabularyError",
     "__version__",
     "build_stack",
     "capabilities_of",
     "find",
+    "from_recipe",
     "iter_chain",
+    "load_recipe",
     "open_backend",
 ]

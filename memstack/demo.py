@@ -3,7 +3,9 @@
     $ memstack demo                      # offline, scripted model
     $ OPENAI_API_KEY=… memstack demo     # a real model (gpt-4.1-mini by default)
 
-Prints the stack, the tokens the model was sent on every call, and what the store holds.
+Prints the stack (the production blueprint's shape: TTL → Encrypted → Compaction → Window),
+the tokens the model was sent on every turn, what the next call would see (old tool
+outputs masked) and what the database holds (encrypted envelopes in TTL records).
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from agents.memory import Session
 from agents.models.interface import Model
 
 from memstack.backends import open_backend
-from memstack.base import SessionLayer
+from memstack.crypto import generate_key
 from memstack.stack import LayerSpec, build_stack
 from memstack.testing.model import ScriptedModel, ToolCall
 
@@ -35,8 +37,28 @@ DEMO_TURNS = [
 ]
 
 _ORDERS = {
-    "A-1042": {"status": "shipped", "carrier": "DHL", "eta": "2026-11-24", "items": 3},
-    "B-7": {"status": "processing", "carrier": None, "eta": "2026-11-28", "items": 1},
+    "A-1042": {
+        "status": "shipped",
+        "carrier": "DHL",
+        "tracking": "JD014600003456789012",
+        "eta": "2026-11-24",
+        "ship_to": "Ada Lovelace, 12 St James's Square, London SW1Y 4JH",
+        "items": [
+            {"sku": "KB-204", "name": "Mechanical keyboard", "qty": 1, "price": 129.0},
+            {"sku": "MS-88", "name": "Wireless mouse", "qty": 1, "price": 49.0},
+            {"sku": "CB-3", "name": "USB-C cable, 2 m", "qty": 2, "price": 12.5},
+        ],
+        "events": ["2026-11-19 order placed", "2026-11-20 packed", "2026-11-21 handed to DHL"],
+    },
+    "B-7": {
+        "status": "processing",
+        "carrier": None,
+        "tracking": None,
+        "eta": "2026-11-28",
+        "ship_to": "Ada Lovelace, 12 St James's Square, London SW1Y 4JH",
+        "items": [{"sku": "MN-27", "name": "27-inch monitor", "qty": 1, "price": 319.0}],
+        "events": ["2026-11-21 order placed", "2026-11-21 awaiting stock"],
+    },
 }
 
 
@@ -59,9 +81,14 @@ def _scripted() -> ScriptedModel:
     )
 
 
-def demo_layers() -> list[LayerSpec]:
-    """The layers the demo stacks over its store, bottom to top."""
-    return [LayerSpec("passthrough")]
+def demo_layers(key: str) -> list[LayerSpec]:
+    """The production blueprint's shape, bottom to top, with small budgets to show them."""
+    return [
+        LayerSpec("ttl", {"ttl": 30 * 86400}),
+        LayerSpec("encrypted", {"key": key}),
+        LayerSpec("compaction", {"strategy": {"mask": {"keep_last_turns": 1}}}),
+        LayerSpec("window", {"max_tokens": 4000, "model": "gpt-4.1-mini"}),
+    ]
 
 
 @dataclass
@@ -93,8 +120,10 @@ async def run_demo(
     """Run the demo conversation and print what happened; returns the stack."""
     from memstack.tokens import TokenCounter
 
+    # A fresh key per run unless MEMSTACK_DEMO_KEY holds one; the demo starts over anyway.
+    key = os.environ.get("MEMSTACK_DEMO_KEY") or generate_key()
     store = open_backend(url, session_id)
-    stack = build_stack(store, demo_layers())
+    stack = build_stack(store, demo_layers(key))
     await stack.clear_session()  # every run starts a fresh conversation
     model, model_label = _model()
     agent = Agent(
@@ -117,14 +146,14 @@ async def run_demo(
         out(f"{number:<5}{len(recorder.calls) - before:>12}{sent:>13}  {text}")
         out(f"{'':<30}  → {result.final_output}")
 
-    stored = await stack.get_items()
     raw = await store.get_items()
-    out(f"\nstored: {len(stored)} items through the stack, {len(raw)} rows in the store")
-    for item in stored:
+    view = await stack.get_items()
+    out(f"\nthe store holds {len(raw)} rows; the next model call would be sent {len(view)} items:")
+    for item in view:
         kind = item.get("type") or item.get("role")
         out(f"  {kind:<22} {json.dumps(item, ensure_ascii=False)[:70]}")
-    if isinstance(stack, SessionLayer) and raw:
-        out(f"\nraw first row in the store: {json.dumps(raw[0])[:100]}")
+    if raw:
+        out(f"\nwhat the database holds (first row): {json.dumps(raw[0])[:110]}…")
     close = getattr(store, "close", None)
     if callable(close):
         result = close()

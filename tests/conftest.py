@@ -64,8 +64,11 @@ BACKENDS = [
     "mariadb",
     "redis",
 ]
-SERVICES = {"postgres": ("PostgreSQL", POSTGRES_URL), "mariadb": ("MariaDB", MYSQL_URL),
-            "redis": ("Redis", REDIS_URL)}
+SERVICES = {
+    "postgres": ("PostgreSQL", POSTGRES_URL),
+    "mariadb": ("MariaDB", MYSQL_URL),
+    "redis": ("Redis", REDIS_URL),
+}
 
 
 class Store:

@@ -78,8 +78,13 @@ def default_summary(body: dict[str, Any]) -> str:
 def default_compaction(body: dict[str, Any]) -> list[dict[str, Any]]:
     items = body.get("input") or []
     users = [
-        {"type": "message", "role": "user", "status": "completed", "id": f"msg_{i}",
-         "content": [{"type": "input_text", "text": str(item.get("content"))}]}
+        {
+            "type": "message",
+            "role": "user",
+            "status": "completed",
+            "id": f"msg_{i}",
+            "content": [{"type": "input_text", "text": str(item.get("content"))}],
+        }
         for i, item in enumerate(items)
         if isinstance(item, dict) and item.get("role") == "user"
     ]
@@ -157,8 +162,11 @@ class FakeOpenAI:
             self._stopping.wait(behaviour.seconds)
             behaviour = None
         if isinstance(behaviour, Status):
-            self._send(http, behaviour.code,
-                       {"error": {"message": behaviour.message, "type": "server_error"}})
+            self._send(
+                http,
+                behaviour.code,
+                {"error": {"message": behaviour.message, "type": "server_error"}},
+            )
         elif isinstance(behaviour, Garbage):
             self._send_raw(http, 200, behaviour.body)
         elif isinstance(behaviour, Json):
@@ -167,8 +175,7 @@ class FakeOpenAI:
             text = behaviour.content if isinstance(behaviour, Text) else default_summary(body)
             self._send(http, 200, _completion(body, text))
         else:
-            output = (behaviour.content if isinstance(behaviour, Text)
-                      else default_compaction(body))
+            output = behaviour.content if isinstance(behaviour, Text) else default_compaction(body)
             self._send(http, 200, _compacted(output))
 
     @staticmethod
@@ -193,8 +200,9 @@ def _completion(body: dict[str, Any], text: str) -> dict[str, Any]:
         "object": "chat.completion",
         "created": int(time.time()),
         "model": body.get("model", "fake"),
-        "choices": [{"index": 0, "finish_reason": "stop",
-                     "message": {"role": "assistant", "content": text}}],
+        "choices": [
+            {"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": text}}
+        ],
         "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
     }
 
@@ -205,7 +213,11 @@ def _compacted(output: list[dict[str, Any]]) -> dict[str, Any]:
         "object": "response.compaction",
         "created_at": int(time.time()),
         "output": output,
-        "usage": {"input_tokens": 1, "output_tokens": 1, "total_tokens": 2,
-                  "input_tokens_details": {"cached_tokens": 0},
-                  "output_tokens_details": {"reasoning_tokens": 0}},
+        "usage": {
+            "input_tokens": 1,
+            "output_tokens": 1,
+            "total_tokens": 2,
+            "input_tokens_details": {"cached_tokens": 0},
+            "output_tokens_details": {"reasoning_tokens": 0},
+        },
     }

@@ -129,7 +129,7 @@ async def test_memstack_errors_pass_through_layers_unchanged():
         async def get_items(self, limit=None, *, wrapper=None):
             raise ConfigurationError("bad", layer="Failing")
 
-    with pytest.raises(ConfigurationError, match="^Failing: bad$"):
+    with pytest.raises(ConfigurationError, match=r"^Failing: bad$"):
         await PassthroughSession(Failing(InMemorySession("s"))).get_items()
 
 

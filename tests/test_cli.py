@@ -16,13 +16,18 @@ KEY = generate_key()
 OTHER_KEY = generate_key()
 
 
-def memstack(*args: str, env: dict[str, str] | None = None, cwd: Path | None = None,
-             timeout: float = 120) -> subprocess.CompletedProcess[str]:
+def memstack(
+    *args: str, env: dict[str, str] | None = None, cwd: Path | None = None, timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
     full_env = {**os.environ, "MEMSTACK_CLI_KEY": KEY, **(env or {})}
     full_env.pop("OPENAI_API_KEY", None)
     return subprocess.run(
         [sys.executable, "-m", "memstack", *args],
-        capture_output=True, text=True, env=full_env, cwd=cwd, timeout=timeout,
+        capture_output=True,
+        text=True,
+        env=full_env,
+        cwd=cwd,
+        timeout=timeout,
     )
 
 
@@ -39,7 +44,7 @@ def recipe(tmp_path: Path) -> Path:
     path = tmp_path / "stack.toml"
     path.write_text(f"""
 [backend]
-url = "sqlite:///{tmp_path / 'cli.db'}"
+url = "sqlite:///{tmp_path / "cli.db"}"
 
 [[layers]]
 layer = "ttl"
@@ -72,8 +77,17 @@ def history(tmp_path: Path) -> Path:
 def test_help_lists_every_command():
     result = memstack("--help")
     assert result.returncode == 0
-    for command in ("validate", "inspect", "stats", "purge", "rotate", "export", "import",
-                    "demo", "bench"):
+    for command in (
+        "validate",
+        "inspect",
+        "stats",
+        "purge",
+        "rotate",
+        "export",
+        "import",
+        "demo",
+        "bench",
+    ):
         assert command in result.stdout
 
 
@@ -89,12 +103,18 @@ def test_validate_shows_the_chain(recipe: Path):
 @pytest.mark.parametrize(
     ("text", "expected"),
     [
-        ("[backend]\nurl='sqlite://'\n[[layers]]\nlayer='window'\nmax_itemz=3\n",
-         r"layers[0] (window): SlidingWindowSession: unknown option(s) max_itemz; allowed:"),
-        ("[backend]\nurl='sqlite://'\n[[layers]]\nlayer='encrypted'\nkey='inline'\n",
-         "field 'key' holds a secret; inline secrets are refused"),
-        ("[backend]\nurl='sqlite://'\n[[layers]]\nlayer='window'\nmax_items=0\n",
-         "layers[0] (window): SlidingWindowSession: max_items"),
+        (
+            "[backend]\nurl='sqlite://'\n[[layers]]\nlayer='window'\nmax_itemz=3\n",
+            r"layers[0] (window): SlidingWindowSession: unknown option(s) max_itemz; allowed:",
+        ),
+        (
+            "[backend]\nurl='sqlite://'\n[[layers]]\nlayer='encrypted'\nkey='inline'\n",
+            "field 'key' holds a secret; inline secrets are refused",
+        ),
+        (
+            "[backend]\nurl='sqlite://'\n[[layers]]\nlayer='window'\nmax_items=0\n",
+            "layers[0] (window): SlidingWindowSession: max_items",
+        ),
     ],
 )
 def test_validate_bad_fields_exit_2(tmp_path: Path, text: str, expected: str):
@@ -133,7 +153,8 @@ def test_import_inspect_stats_export_round_trip(recipe: Path, tmp_path: Path):
     exported = memstack("export", str(recipe), "--session", "u1", "-o", str(out))
     assert exported.returncode == 0, exported.stderr
     assert out.read_text() == history(tmp_path).read_text().replace('": ', '": ').replace(
-        ", ", ", ")
+        ", ", ", "
+    )
     assert [json.loads(line) for line in out.read_text().splitlines()] == [
         json.loads(line) for line in history(tmp_path).read_text().splitlines()
     ]
@@ -150,9 +171,12 @@ def test_import_rejects_bad_lines(recipe: Path, tmp_path: Path):
 
 
 def test_wrong_key_is_one_line_and_exit_1(recipe: Path, tmp_path: Path):
-    assert memstack("import", str(recipe), "--session", "u2", str(history(tmp_path))).returncode == 0
-    result = memstack("inspect", str(recipe), "--session", "u2",
-                      env={"MEMSTACK_CLI_KEY": OTHER_KEY})
+    assert (
+        memstack("import", str(recipe), "--session", "u2", str(history(tmp_path))).returncode == 0
+    )
+    result = memstack(
+        "inspect", str(recipe), "--session", "u2", env={"MEMSTACK_CLI_KEY": OTHER_KEY}
+    )
     assert result.returncode == 1
     error = one_line_error(result)
     assert "EncryptedSession session 'u2'" in error and "key" in error
@@ -160,21 +184,25 @@ def test_wrong_key_is_one_line_and_exit_1(recipe: Path, tmp_path: Path):
 
 def test_debug_shows_the_traceback(recipe: Path, tmp_path: Path):
     memstack("import", str(recipe), "--session", "u3", str(history(tmp_path)))
-    result = memstack("--debug", "inspect", str(recipe), "--session", "u3",
-                      env={"MEMSTACK_CLI_KEY": OTHER_KEY})
+    result = memstack(
+        "--debug", "inspect", str(recipe), "--session", "u3", env={"MEMSTACK_CLI_KEY": OTHER_KEY}
+    )
     assert result.returncode != 0 and "Traceback" in result.stderr
 
 
 def test_unreachable_database(recipe: Path):
-    result = memstack("stats", str(recipe), "--session", "u1",
-                      "--url", "postgresql://postgres@127.0.0.1:1/test")
+    result = memstack(
+        "stats", str(recipe), "--session", "u1", "--url", "postgresql://postgres@127.0.0.1:1/test"
+    )
     assert result.returncode == 1
     assert "BackendError" not in (error := one_line_error(result))
     assert "127.0.0.1" in error or "Connect" in error or "refused" in error.lower()
 
 
 def test_rotate_and_purge(recipe: Path, tmp_path: Path):
-    assert memstack("import", str(recipe), "--session", "u4", str(history(tmp_path))).returncode == 0
+    assert (
+        memstack("import", str(recipe), "--session", "u4", str(history(tmp_path))).returncode == 0
+    )
     rotated = memstack("rotate", str(recipe), "--session", "u4")
     assert rotated.returncode == 0, rotated.stderr
     assert "re-encrypted" in rotated.stdout
@@ -182,8 +210,9 @@ def test_rotate_and_purge(recipe: Path, tmp_path: Path):
     assert purged.returncode == 0, purged.stderr
     assert "purged 0 expired items" in purged.stdout
     # Key-free purge by the store's own write time: no key in the environment at all.
-    by_age = memstack("purge", str(recipe), "--session", "u4", "--older-than", "0s",
-                      env={"MEMSTACK_CLI_KEY": ""})
+    by_age = memstack(
+        "purge", str(recipe), "--session", "u4", "--older-than", "0s", env={"MEMSTACK_CLI_KEY": ""}
+    )
     assert by_age.returncode == 0, by_age.stderr
     assert "no key used" in by_age.stdout
 

@@ -49,19 +49,39 @@ def spans(items: list[dict[str, Any]]) -> list[tuple[int, int]]:
 @pytest.mark.parametrize(
     ("call", "output"),
     [
-        ({"type": "function_call", "call_id": "a"}, {"type": "function_call_output", "call_id": "a"}),
-        ({"type": "custom_tool_call", "call_id": "a"},
-         {"type": "custom_tool_call_output", "call_id": "a"}),
-        ({"type": "computer_call", "call_id": "a"}, {"type": "computer_call_output", "call_id": "a"}),
+        (
+            {"type": "function_call", "call_id": "a"},
+            {"type": "function_call_output", "call_id": "a"},
+        ),
+        (
+            {"type": "custom_tool_call", "call_id": "a"},
+            {"type": "custom_tool_call_output", "call_id": "a"},
+        ),
+        (
+            {"type": "computer_call", "call_id": "a"},
+            {"type": "computer_call_output", "call_id": "a"},
+        ),
         ({"type": "shell_call", "call_id": "a"}, {"type": "shell_call_output", "call_id": "a"}),
-        ({"type": "local_shell_call", "call_id": "a", "id": "ls_1"},
-         {"type": "local_shell_call_output", "id": "a"}),
-        ({"type": "apply_patch_call", "call_id": "a"},
-         {"type": "apply_patch_call_output", "call_id": "a"}),
-        ({"type": "tool_search_call", "call_id": "a"}, {"type": "tool_search_output", "call_id": "a"}),
-        ({"type": "program", "call_id": "a", "id": "p"}, {"type": "program_output", "call_id": "a"}),
-        ({"type": "mcp_approval_request", "id": "a"},
-         {"type": "mcp_approval_response", "approval_request_id": "a"}),
+        (
+            {"type": "local_shell_call", "call_id": "a", "id": "ls_1"},
+            {"type": "local_shell_call_output", "id": "a"},
+        ),
+        (
+            {"type": "apply_patch_call", "call_id": "a"},
+            {"type": "apply_patch_call_output", "call_id": "a"},
+        ),
+        (
+            {"type": "tool_search_call", "call_id": "a"},
+            {"type": "tool_search_output", "call_id": "a"},
+        ),
+        (
+            {"type": "program", "call_id": "a", "id": "p"},
+            {"type": "program_output", "call_id": "a"},
+        ),
+        (
+            {"type": "mcp_approval_request", "id": "a"},
+            {"type": "mcp_approval_response", "approval_request_id": "a"},
+        ),
     ],
     ids=lambda item: item["type"],
 )

@@ -36,7 +36,9 @@ def write(tmp_path: Path, text: str) -> Path:
 
 
 def test_builds_bottom_to_top(tmp_path: Path):
-    path = write(tmp_path, f"""
+    path = write(
+        tmp_path,
+        f"""
 [backend]
 url = "sqlite:///{tmp_path}/r.db"
 
@@ -46,7 +48,8 @@ layer = "passthrough"
 [[layers]]
 layer = "keyed"
 size = 3
-""")
+""",
+    )
     stack = from_recipe(path, session_id="u1")
     assert isinstance(stack, Keyed) and stack.size == 3
     assert isinstance(stack.inner, PassthroughSession)
@@ -56,14 +59,22 @@ size = 3
 def test_secrets_come_from_the_environment(monkeypatch, tmp_path: Path):
     monkeypatch.setenv("RECIPE_TEST_KEY", "s3cret")
     stack = from_recipe(
-        {"backend": {"url": "sqlite://:memory:"},
-         "layers": [{"layer": "keyed", "key": {"env": "RECIPE_TEST_KEY"}, "ttl": "30d"}]},
+        {
+            "backend": {"url": "sqlite://:memory:"},
+            "layers": [{"layer": "keyed", "key": {"env": "RECIPE_TEST_KEY"}, "ttl": "30d"}],
+        },
         session_id="u1",
     )
     assert stack.key == "s3cret" and stack.ttl == timedelta(days=30)
-    assert "s3cret" not in load_recipe(  # the description names the variable only
-        {"backend": {"url": "sqlite://"}, "layers": [{"layer": "keyed", "key": {"env": "RECIPE_TEST_KEY"}}]}
-    ).describe()
+    assert (
+        "s3cret"
+        not in load_recipe(  # the description names the variable only
+            {
+                "backend": {"url": "sqlite://"},
+                "layers": [{"layer": "keyed", "key": {"env": "RECIPE_TEST_KEY"}}],
+            }
+        ).describe()
+    )
 
 
 def provide_key(name: str) -> str:
@@ -72,8 +83,12 @@ def provide_key(name: str) -> str:
 
 def test_secrets_from_a_named_provider():
     stack = from_recipe(
-        {"backend": {"url": "sqlite://"},
-         "layers": [{"layer": "keyed", "key": {"provider": f"{__name__}:provide_key", "name": "k1"}}]},
+        {
+            "backend": {"url": "sqlite://"},
+            "layers": [
+                {"layer": "keyed", "key": {"provider": f"{__name__}:provide_key", "name": "k1"}}
+            ],
+        },
         session_id="u1",
     )
     assert stack.key == "from-provider-k1"
@@ -82,15 +97,25 @@ def test_secrets_from_a_named_provider():
 @pytest.mark.parametrize(
     ("layers", "message"),
     [
-        ([{"layer": "keyed", "key": "inline"}],
-         r"layers\[0\] \(keyed\): field 'key' holds a secret; inline secrets are refused"),
-        ([{"layer": "keyed", "key": {"env": "MEMSTACK_SURELY_UNSET"}}],
-         r"layers\[0\] \(keyed\): field 'key' reads environment variable 'MEMSTACK_SURELY_UNSET', which is not set"),
-        ([{"layer": "keyed", "colour": 1}],
-         r"layers\[0\] \(keyed\): Keyed: unknown option\(s\) colour; allowed: key, ttl, size"),
+        (
+            [{"layer": "keyed", "key": "inline"}],
+            r"layers\[0\] \(keyed\): field 'key' holds a secret; inline secrets are refused",
+        ),
+        (
+            [{"layer": "keyed", "key": {"env": "MEMSTACK_SURELY_UNSET"}}],
+            r"layers\[0\] \(keyed\): field 'key' reads environment variable "
+            r"'MEMSTACK_SURELY_UNSET', which is not set",
+        ),
+        (
+            [{"layer": "keyed", "colour": 1}],
+            r"layers\[0\] \(keyed\): Keyed: unknown option\(s\) colour; allowed: key, ttl, size",
+        ),
         ([{"layer": "nope"}], r"layers\[0\] \(nope\): unknown layer 'nope'; known layers:"),
         ([{"size": 1}], r"layers\[0\]: field 'layer' is required; allowed layers:"),
-        ([{"layer": "keyed", "key": {"provider": "no.such:thing"}}], r"layers\[0\] \(keyed\): field 'key': key provider 'no.such:thing' not found"),
+        (
+            [{"layer": "keyed", "key": {"provider": "no.such:thing"}}],
+            r"layers\[0\] \(keyed\): field 'key': key provider 'no.such:thing' not found",
+        ),
     ],
 )
 def test_validation_names_source_layer_and_field(layers, message):
@@ -99,8 +124,12 @@ def test_validation_names_source_layer_and_field(layers, message):
 
 
 def test_secrets_are_resolved_only_when_building(monkeypatch):
-    recipe = load_recipe({"backend": {"url": "sqlite://"},
-                          "layers": [{"layer": "keyed", "key": {"env": "RECIPE_LATE_KEY"}}]})
+    recipe = load_recipe(
+        {
+            "backend": {"url": "sqlite://"},
+            "layers": [{"layer": "keyed", "key": {"env": "RECIPE_LATE_KEY"}}],
+        }
+    )
     assert "env:RECIPE_LATE_KEY" in recipe.describe()
     with pytest.raises(RecipeError, match="'RECIPE_LATE_KEY', which is not set"):
         recipe.build("u1")
@@ -109,8 +138,12 @@ def test_secrets_are_resolved_only_when_building(monkeypatch):
 
 
 def test_value_errors_surface_at_validate(tmp_path: Path):
-    recipe = load_recipe({"backend": {"url": "sqlite://"}, "layers": [{"layer": "keyed", "size": 0}]})
-    with pytest.raises(RecipeError, match=r"layers\[0\] \(keyed\): Keyed: size must be >= 1, got 0"):
+    recipe = load_recipe(
+        {"backend": {"url": "sqlite://"}, "layers": [{"layer": "keyed", "size": 0}]}
+    )
+    with pytest.raises(
+        RecipeError, match=r"layers\[0\] \(keyed\): Keyed: size must be >= 1, got 0"
+    ):
         recipe.validate()
 
 
@@ -128,7 +161,8 @@ def test_file_errors(tmp_path: Path):
 def test_overrides(tmp_path: Path):
     recipe = load_recipe(
         {"backend": {"url": "postgresql://prod/db"}, "layers": [{"layer": "keyed", "size": 2}]},
-        url="sqlite://", keyed={"size": 5},
+        url="sqlite://",
+        keyed={"size": 5},
     )
     assert recipe.url == "sqlite://" and recipe.layers[0].options["size"] == 5
     with pytest.raises(RecipeError, match="overrides for layers not in the recipe: window"):

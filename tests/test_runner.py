@@ -24,7 +24,9 @@ def test_runner_conversation(
     store = Store(backend, tmp_path)
     with caplog.at_level(logging.WARNING, logger="openai.agents"):
         remaining = run_conversation(
-            lambda: build_stack(store.open(f"runner-{uuid.uuid4().hex}"), [LayerSpec("passthrough")] * depth),
+            lambda: build_stack(
+                store.open(f"runner-{uuid.uuid4().hex}"), [LayerSpec("passthrough")] * depth
+            ),
             cleanup=store.aclose,
         )
     assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []

@@ -37,7 +37,11 @@ def secrets(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_every_recipe_is_tested() -> None:
     assert {p.stem for p in SHIPPED} == {
-        "dev-sqlite", "production", "customer-support", "coding-agent", "strict-pii",
+        "dev-sqlite",
+        "production",
+        "customer-support",
+        "coding-agent",
+        "strict-pii",
         "ephemeral-redis",
     }
 

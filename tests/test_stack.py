@@ -23,7 +23,10 @@ def test_specs_are_applied_bottom_to_top():
         [LayerSpec(Tagged, {"tag": "bottom"}), "passthrough", LayerSpec(Tagged, {"tag": "top"})],
     )
     assert [type(layer).__name__ for layer in stack] == [
-        "Tagged", "PassthroughSession", "Tagged", "InMemorySession",
+        "Tagged",
+        "PassthroughSession",
+        "Tagged",
+        "InMemorySession",
     ]
     assert repr(stack) == (
         "InMemorySession(session_id='s') → Tagged(tag='bottom') → PassthroughSession() → "
@@ -43,12 +46,16 @@ def test_classes_and_names_are_equivalent():
 
 
 def test_unknown_layer_lists_the_known_ones():
-    with pytest.raises(ConfigurationError, match=r"unknown layer 'nope'; known layers: .*passthrough"):
+    with pytest.raises(
+        ConfigurationError, match=r"unknown layer 'nope'; known layers: .*passthrough"
+    ):
         build_stack(InMemorySession("s"), ["nope"])
 
 
 def test_unknown_option_names_layer_field_and_allowed():
-    with pytest.raises(ConfigurationError, match=r"^Tagged: unknown option\(s\) colour; allowed: tag$"):
+    with pytest.raises(
+        ConfigurationError, match=r"^Tagged: unknown option\(s\) colour; allowed: tag$"
+    ):
         build_stack(InMemorySession("s"), [LayerSpec(Tagged, {"colour": "red"})])
 
 

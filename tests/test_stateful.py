@@ -17,8 +17,11 @@ texts = st.text(max_size=30)
 items = st.one_of(
     st.builds(lambda t: {"role": "user", "content": t}, texts),
     st.builds(lambda t: {"role": "assistant", "content": t}, texts),
-    st.builds(lambda n, a: {"type": "function_call", "call_id": f"c{n}", "name": "f",
-                            "arguments": a}, st.integers(0, 10**6), texts),
+    st.builds(
+        lambda n, a: {"type": "function_call", "call_id": f"c{n}", "name": "f", "arguments": a},
+        st.integers(0, 10**6),
+        texts,
+    ),
 )
 
 

@@ -50,6 +50,7 @@ applies the same masking (and the stack's window) to every model call inside a r
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import warnings
 from collections.abc import Mapping, Sequence
@@ -390,7 +391,7 @@ class CompactionSession(SessionLayer):
 
     def repr_options(self) -> dict[str, object]:
         options: dict[str, object] = {}
-        strategies = [s for s in (self.mask, self.compactor) if s is not None]
+        strategies = [_brief(s) for s in (self.mask, self.compactor) if s is not None]
         options["strategy"] = strategies[0] if len(strategies) == 1 else strategies
         if self.trigger is not None:
             options["trigger"] = self.trigger
@@ -398,6 +399,34 @@ class CompactionSession(SessionLayer):
         if self.mode != "append":
             options["mode"] = self.mode
         return options
+
+
+class _Brief:
+    """``Name(changed=option)``: a policy with only its non-default fields, for ``repr``."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def __repr__(self) -> str:
+        return self.text
+
+
+def _brief(policy: object) -> _Brief:
+    if not dataclasses.is_dataclass(policy) or isinstance(policy, type):
+        return _Brief(repr(policy))
+    shown = []
+    for field in dataclasses.fields(policy):
+        value = getattr(policy, field.name)
+        if field.default is not dataclasses.MISSING:
+            changed = value != field.default
+        elif field.default_factory is not dataclasses.MISSING:
+            changed = value != field.default_factory()
+        else:  # required: a collaborator such as the summariser, shown by its type
+            shown.append(f"{field.name}={type(value).__name__}")
+            continue
+        if field.repr and changed:
+            shown.append(f"{field.name}={value!r}")
+    return _Brief(f"{type(policy).__name__}({', '.join(shown)})")
 
 
 def _oldest(times: Sequence[float | None]) -> float | None:

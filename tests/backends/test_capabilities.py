@@ -32,7 +32,7 @@ async def test_adapter_is_atomic_for_every_sdk_backend(store: Store):
 
 
 async def test_count(store: Store):
-    session, items = await filled(store, 7)
+    session, _ = await filled(store, 7)
     caps = capabilities_of(session)
     assert await caps.count() == 7
     other = store.open("caps-other")

@@ -35,8 +35,12 @@ async def test_sqlalchemy_and_redis_urls(tmp_path: Path):
 
 async def test_mariadb_tables_are_created_with_lengths():
     require_service("MariaDB", MYSQL_URL)
-    session = open_backend(MYSQL_URL, "mysql-tables", messages_table="memstack_probe_messages",
-                           sessions_table="memstack_probe_sessions")
+    session = open_backend(
+        MYSQL_URL,
+        "mysql-tables",
+        messages_table="memstack_probe_messages",
+        sessions_table="memstack_probe_sessions",
+    )
     big = {"role": "user", "content": "y" * 200_000}  # over MySQL TEXT's 64 KiB
     await session.add_items([big])
     assert await session.get_items() == [big]

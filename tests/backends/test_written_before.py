@@ -14,8 +14,14 @@ from memstack.testing import InMemorySession, sample_items
 from ..conftest import Store
 from ..direct import backdate, stored
 
-WRITE_TIMES = ("sqlite-memory", "sqlite-file", "aiosqlite", "sqlalchemy-sqlite", "postgres",
-               "mariadb")
+WRITE_TIMES = (
+    "sqlite-memory",
+    "sqlite-file",
+    "aiosqlite",
+    "sqlalchemy-sqlite",
+    "postgres",
+    "mariadb",
+)
 
 
 async def test_deletes_only_rows_the_store_wrote_before_the_cutoff(store: Store) -> None:

@@ -28,8 +28,12 @@ COUNTER = TokenCounter()
 def turn(n: int) -> list[dict[str, Any]]:
     return [
         {"role": "user", "content": f"question {n}"},
-        {"type": "function_call", "call_id": f"c{n}", "name": "lookup",
-         "arguments": json.dumps({"n": n})},
+        {
+            "type": "function_call",
+            "call_id": f"c{n}",
+            "name": "lookup",
+            "arguments": json.dumps({"n": n}),
+        },
         {"type": "function_call_output", "call_id": f"c{n}", "output": f"result {n} " * 40},
         {"role": "assistant", "content": f"answer {n}"},
     ]

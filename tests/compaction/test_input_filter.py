@@ -27,8 +27,11 @@ def script() -> ScriptedModel:
 
 
 def mask() -> Mask:
-    return Mask(keep_last_turns=0, keep_last_outputs=1,
-                templates={"read_file": "File content of {path} — re-read if needed"})
+    return Mask(
+        keep_last_turns=0,
+        keep_last_outputs=1,
+        templates={"read_file": "File content of {path} — re-read if needed"},
+    )
 
 
 async def run(stack: Any, model: ScriptedModel, *, filtered: bool) -> None:
@@ -72,13 +75,13 @@ def read_file_output(path: str) -> str:
 
 async def test_the_stack_window_also_applies_within_the_run() -> None:
     store = InMemorySession("w")
-    await store.add_items([
-        {"role": "user", "content": "Earlier question " + "context " * 200},
-        {"role": "assistant", "content": "Earlier answer " + "detail " * 200},
-    ])
-    stack = SlidingWindowSession(
-        CompactionSession(store, strategy=mask()), max_tokens=1500
+    await store.add_items(
+        [
+            {"role": "user", "content": "Earlier question " + "context " * 200},
+            {"role": "assistant", "content": "Earlier answer " + "detail " * 200},
+        ]
     )
+    stack = SlidingWindowSession(CompactionSession(store, strategy=mask()), max_tokens=1500)
     filter_ = input_filter(stack)
     assert repr(filter_) == "ModelInputFilter(CompactionSession → SlidingWindowSession)"
     model = script()

@@ -15,8 +15,12 @@ BIG = "line of output\n" * 100  # 1500 characters
 
 
 def call(call_id: str, name: str, **args: Any) -> dict[str, Any]:
-    return {"type": "function_call", "call_id": call_id, "name": name,
-            "arguments": json.dumps(args)}
+    return {
+        "type": "function_call",
+        "call_id": call_id,
+        "name": name,
+        "arguments": json.dumps(args),
+    }
 
 
 def output(call_id: str, text: str = BIG) -> dict[str, Any]:
@@ -85,8 +89,12 @@ def test_thresholds_and_tool_lists() -> None:
 
 
 def test_placeholder_never_longer_than_the_output_and_masking_is_idempotent() -> None:
-    items = [user("q"), call("c1", "f", x="y" * 500), output("c1", "short output " * 20),
-             user("next")]
+    items = [
+        user("q"),
+        call("c1", "f", x="y" * 500),
+        output("c1", "short output " * 20),
+        user("next"),
+    ]
     mask = Mask(min_chars=0)
     once = mask.apply(items)
     assert once[2]["output"] != items[2]["output"]
@@ -98,8 +106,11 @@ def test_placeholder_never_longer_than_the_output_and_masking_is_idempotent() ->
 
 
 def test_unknown_template_fields_stay_and_structured_outputs_are_masked() -> None:
-    structured = {"type": "function_call_output", "call_id": "c1",
-                  "output": [{"type": "input_text", "text": BIG}]}
+    structured = {
+        "type": "function_call_output",
+        "call_id": "c1",
+        "output": [{"type": "input_text", "text": BIG}],
+    }
     items = [user("q"), call("c1", "read_file", path="x"), structured, user("next")]
     masked = Mask(templates={"read_file": "{path} {nope} {tool}"}).apply(items)
     assert masked[2]["output"] == "x {nope} read_file"

@@ -54,8 +54,16 @@ def test_record_round_trips_and_is_versioned() -> None:
 
 @pytest.mark.parametrize(
     "change",
-    [{"v": 2}, {"mode": "x"}, {"method": "x"}, {"summary": "text"}, {"count": 0},
-     {"upto": ""}, {"span": True}, {"pinned": [1]}],
+    [
+        {"v": 2},
+        {"mode": "x"},
+        {"method": "x"},
+        {"summary": "text"},
+        {"count": 0},
+        {"upto": ""},
+        {"span": True},
+        {"pinned": [1]},
+    ],
 )
 def test_malformed_records_are_refused(change: dict[str, Any]) -> None:
     item = {**compaction(sample_items(8), 4), **change}

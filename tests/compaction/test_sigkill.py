@@ -52,7 +52,10 @@ def test_sigkill_at_random_moments_loses_nothing(tmp_path: Path) -> None:
     while rounds < 8 or (len(set(last_lines)) < 2 and rounds < 16):
         child = subprocess.Popen(
             [sys.executable, str(CHILD), str(db)],
-            stdout=subprocess.PIPE, text=True, cwd=tmp_path, env=env,
+            stdout=subprocess.PIPE,
+            text=True,
+            cwd=tmp_path,
+            env=env,
         )
         assert child.stdout is not None
         assert child.stdout.readline().strip() == "ready"

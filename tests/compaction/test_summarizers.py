@@ -25,8 +25,12 @@ from ..fake_openai_server import CHAT, COMPACT, FakeOpenAI, Garbage, Hang, Json,
 
 COVERED: list[dict[str, Any]] = [
     {"role": "user", "content": "Book me a flight to Oslo"},
-    {"type": "function_call", "call_id": "c1", "name": "search_flights",
-     "arguments": '{"to": "OSL", "date": "2024-05-20"}'},
+    {
+        "type": "function_call",
+        "call_id": "c1",
+        "name": "search_flights",
+        "arguments": '{"to": "OSL", "date": "2024-05-20"}',
+    },
     {"type": "function_call_output", "call_id": "c1", "output": "SK123 09:00, DY456 13:15"},
     {"role": "assistant", "content": "SK123 or DY456?"},
 ]
@@ -44,8 +48,10 @@ def chat_strategy(server: FakeOpenAI, **options: Any) -> Summarize:
 
 
 def test_render_keeps_calls_as_calls_and_outputs_as_outputs() -> None:
-    text = render_transcript([*COVERED, {"type": "function_call_output", "call_id": "c1",
-                                         "output": "x" * 50}], max_output_chars=30)
+    text = render_transcript(
+        [*COVERED, {"type": "function_call_output", "call_id": "c1", "output": "x" * 50}],
+        max_output_chars=30,
+    )
     lines = text.splitlines()
     assert lines[0] == "USER: Book me a flight to Oslo"
     assert lines[1] == ('CALL search_flights({"to": "OSL", "date": "2024-05-20"}) [c1]')
@@ -59,8 +65,13 @@ async def test_chat_summary_is_one_pinned_item_made_from_a_faithful_prompt(
     server: FakeOpenAI,
 ) -> None:
     server.chat.append(Text("## Goal\nFly to Oslo on 2024-05-20."))
-    previous = [{"role": "developer", "content": "Summary of the earlier conversation (older "
-                 "messages were compacted):\n\nThe user is Mia."}]
+    previous = [
+        {
+            "role": "developer",
+            "content": "Summary of the earlier conversation (older "
+            "messages were compacted):\n\nThe user is Mia.",
+        }
+    ]
     [summary] = await chat_strategy(server, max_tokens=321).compact(previous, COVERED)
     assert summary == {
         "role": "developer",
@@ -85,7 +96,9 @@ async def test_a_summary_may_quote_errors(server: FakeOpenAI) -> None:
 
 async def test_token_parameter_for_reasoning_models(server: FakeOpenAI) -> None:
     summarizer = OpenAIChatSummarizer(
-        model="o4-mini", client=server.client(), token_param="max_completion_tokens",
+        model="o4-mini",
+        client=server.client(),
+        token_param="max_completion_tokens",
         temperature=None,
     )
     await Summarize(summarizer, max_tokens=50).compact([], COVERED)
@@ -125,8 +138,9 @@ async def test_client_retries_are_the_clients_business(server: FakeOpenAI) -> No
 
 
 async def test_openai_summarizer_reaches_any_base_url(server: FakeOpenAI) -> None:
-    summarizer = OpenAIChatSummarizer(model="gemini-2.5-flash", base_url=server.url,
-                                      api_key="k", max_retries=0)
+    summarizer = OpenAIChatSummarizer(
+        model="gemini-2.5-flash", base_url=server.url, api_key="k", max_retries=0
+    )
     assert "base_url='http://127.0.0.1" in repr(summarizer) and "'k'" not in repr(summarizer)
     [summary] = await Summarize(summarizer).compact([], COVERED)
     assert summary["role"] == "developer"
@@ -139,8 +153,11 @@ async def test_responses_compact_sends_previous_and_covered_items(server: FakeOp
     [body] = server.bodies(COMPACT)
     assert body == {"model": "gpt-4.1", "input": [*previous, *COVERED]}
     user, compaction = items
-    assert user == {"type": "message", "role": "user",
-                    "content": [{"type": "input_text", "text": "Book me a flight to Oslo"}]}
+    assert user == {
+        "type": "message",
+        "role": "user",
+        "content": [{"type": "input_text", "text": "Book me a flight to Oslo"}],
+    }
     assert compaction["type"] == "compaction" and compaction["encrypted_content"]
     assert set(compaction) == {"type", "id", "encrypted_content"}
     assert is_pinned(compaction)
@@ -189,8 +206,11 @@ async def test_sdk_model_failure_is_a_summarizer_error() -> None:
 async def test_extractive_summary_is_deterministic_and_capped() -> None:
     counter = TokenCounter()
     strategy = Summarize(ExtractiveSummarizer(counter=counter), max_tokens=60)
-    many = [dict(item, call_id=f"c{n}") if "call_id" in item else item
-            for n in range(30) for item in COVERED]
+    many = [
+        dict(item, call_id=f"c{n}") if "call_id" in item else item
+        for n in range(30)
+        for item in COVERED
+    ]
     first = await strategy.compact([], many)
     assert first == await strategy.compact([], many)
     text = first[0]["content"].split("\n\n", 1)[1]

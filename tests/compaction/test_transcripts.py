@@ -72,9 +72,7 @@ class Recording:
 def summary_end(view: list[dict[str, Any]]) -> int:
     """Index just after the summary item, 0 when the view has none."""
     for index, item in enumerate(view):
-        if item.get("role") == "developer" and str(item.get("content")).startswith(
-            SUMMARY_HEADER
-        ):
+        if item.get("role") == "developer" and str(item.get("content")).startswith(SUMMARY_HEADER):
             return index + 1
     return 0
 

@@ -248,8 +248,12 @@ async def test_a_summary_that_reads_error_is_never_stored() -> None:
         async def summarize(self, request: SummaryRequest) -> str:
             return "Error: I could not summarise this conversation."
 
-    session = CompactionSession(InMemorySession("s"), strategy=Summarize(Apologetic()),
-                                trigger=Items(12, target=4), on_error="raise")
+    session = CompactionSession(
+        InMemorySession("s"),
+        strategy=Summarize(Apologetic()),
+        trigger=Items(12, target=4),
+        on_error="raise",
+    )
     with pytest.raises(SummarizerError, match="error message"):
         await session.add_items(sample_items(16))
     assert await records(session) == []
@@ -257,8 +261,9 @@ async def test_a_summary_that_reads_error_is_never_stored() -> None:
 
 async def test_responses_compaction_through_the_layer(server: FakeOpenAI) -> None:
     strategy = ResponsesCompact(model="gpt-4.1", client=server.client(), timeout=5)
-    session = CompactionSession(InMemorySession("r"), strategy=strategy,
-                                trigger=Items(12, target=4))
+    session = CompactionSession(
+        InMemorySession("r"), strategy=strategy, trigger=Items(12, target=4)
+    )
     items = sample_items(16)
     await session.add_items(items)
     view = await session.get_items()
@@ -279,8 +284,9 @@ async def test_responses_compaction_through_the_layer(server: FakeOpenAI) -> Non
     ids=["turns", "tokens"],
 )
 async def test_turn_and_token_triggers(trigger: Any, limit: int) -> None:
-    session = CompactionSession(InMemorySession("t"), strategy=summarize(100), trigger=trigger,
-                                model="gpt-4o")
+    session = CompactionSession(
+        InMemorySession("t"), strategy=summarize(100), trigger=trigger, model="gpt-4o"
+    )
     counter = session.counter
     items = sample_items(40)
     for start in range(0, 40, 4):
@@ -308,8 +314,9 @@ class Gate:
 
 
 def gated(store: Session, gate: Gate, **options: Any) -> CompactionSession:
-    return CompactionSession(store, strategy=Summarize(gate), trigger=Items(12, target=4),
-                             **options)
+    return CompactionSession(
+        store, strategy=Summarize(gate), trigger=Items(12, target=4), **options
+    )
 
 
 async def test_writes_during_a_compaction_are_never_covered_or_lost(store: Store) -> None:
@@ -444,12 +451,15 @@ async def test_the_recommended_stack_dates_summaries_through_encryption() -> Non
 
     clock = FakeClock()
     store = InMemorySession("recommended")
-    stack = build_stack(store, [
-        LayerSpec(TTLSession, {"ttl": 1000, "clock": clock, "purge_every": None}),
-        LayerSpec("encrypted", {"key": KEY}),
-        LayerSpec("compaction", FIRING),
-        LayerSpec(SlidingWindowSession, {"max_items": 10}),
-    ])
+    stack = build_stack(
+        store,
+        [
+            LayerSpec(TTLSession, {"ttl": 1000, "clock": clock, "purge_every": None}),
+            LayerSpec("encrypted", {"key": KEY}),
+            LayerSpec("compaction", FIRING),
+            LayerSpec(SlidingWindowSession, {"max_items": 10}),
+        ],
+    )
     items = sample_items(16)
     for start in range(0, 16, 4):
         await stack.add_items(items[start : start + 4])
@@ -523,7 +533,8 @@ def test_stack_builder_and_repr_show_the_configuration() -> None:
         "keep_last_turns=1)"
     )
     responses = CompactionSession(
-        InMemorySession("s"), strategy=ResponsesCompact(model="gpt-4.1", client=object()),  # type: ignore[arg-type]
+        InMemorySession("s"),
+        strategy=ResponsesCompact(model="gpt-4.1", client=object()),  # type: ignore[arg-type]
     )
     assert "ResponsesCompact(model='gpt-4.1')" in repr(responses)
 

@@ -25,8 +25,14 @@ from ..conftest import BACKENDS, SERVICES, Store, require_service
 from ..direct import backdate, stored
 
 HOUR = 3600.0
-SQL_BACKENDS = ("sqlite-memory", "sqlite-file", "aiosqlite", "sqlalchemy-sqlite", "postgres",
-                "mariadb")
+SQL_BACKENDS = (
+    "sqlite-memory",
+    "sqlite-file",
+    "aiosqlite",
+    "sqlalchemy-sqlite",
+    "postgres",
+    "mariadb",
+)
 
 
 def sid() -> str:
@@ -766,7 +772,11 @@ async def _keeps_every_promise(store: Store, seed: int) -> None:
     idle = HOUR / 2 if seed % 2 else None
     every = 0 if seed % 3 == 0 else None  # some also purge after every write, bounded
     session = TTLSession(
-        store.open(session_id), ttl=HOUR, idle_ttl=idle, clock=clock, purge_every=every,
+        store.open(session_id),
+        ttl=HOUR,
+        idle_ttl=idle,
+        clock=clock,
+        purge_every=every,
         purge_batch=3,
     )
     purged = shown = 0
