@@ -142,16 +142,23 @@ def _find_method(stack: Session, method: str) -> Any:
     raise ConfigurationError(f"no layer in this recipe has {method}()")
 
 
-async def cmd_purge(args: argparse.Namespace) -> int:
-    if args.older_than:
-        return await _purge_by_store_time(args)
+async def _layer_operation(args: argparse.Namespace, method: str, done: str) -> int:
+    """Open the recipe's stack and run ``method`` of the first layer that has it."""
     stack = _open(args)
     try:
-        purged = await _find_method(stack, "purge_expired")()
-        print(f"purged {purged} expired items from session {stack.session_id!r}")
+        count = await _find_method(stack, method)()
+        print(done.format(count=count, session=stack.session_id))
     finally:
         await _close(stack)
     return EXIT_OK
+
+
+async def cmd_purge(args: argparse.Namespace) -> int:
+    if args.older_than:
+        return await _purge_by_store_time(args)
+    return await _layer_operation(
+        args, "purge_expired", "purged {count} expired items from session {session!r}"
+    )
 
 
 async def _purge_by_store_time(args: argparse.Namespace) -> int:
@@ -173,13 +180,9 @@ async def _purge_by_store_time(args: argparse.Namespace) -> int:
 
 
 async def cmd_rotate(args: argparse.Namespace) -> int:
-    stack = _open(args)
-    try:
-        rotated = await _find_method(stack, "rotate")()
-        print(f"re-encrypted {rotated} items of session {stack.session_id!r} under the active key")
-    finally:
-        await _close(stack)
-    return EXIT_OK
+    return await _layer_operation(
+        args, "rotate", "re-encrypted {count} items of session {session!r} under the active key"
+    )
 
 
 async def cmd_export(args: argparse.Namespace) -> int:

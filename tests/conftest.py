@@ -7,6 +7,7 @@ servers with MEMSTACK_TEST_POSTGRES_URL / _MYSQL_URL / _REDIS_URL.
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 import uuid
@@ -21,6 +22,7 @@ from agents.memory import Session
 
 from memstack.backends import open_backend
 from memstack.testing import InMemorySession
+from memstack.testing.conversation import run_conversation
 
 # Tests never export traces (and the SDK would warn without an API key).
 set_tracing_disabled(True)
@@ -64,6 +66,14 @@ BACKENDS = [
     "mariadb",
     "redis",
 ]
+SQL_BACKENDS = (
+    "sqlite-memory",
+    "sqlite-file",
+    "aiosqlite",
+    "sqlalchemy-sqlite",
+    "postgres",
+    "mariadb",
+)
 SERVICES = {
     "postgres": ("PostgreSQL", POSTGRES_URL),
     "mariadb": ("MariaDB", MYSQL_URL),
@@ -141,3 +151,23 @@ async def sqlite_store(tmp_path: Path) -> AsyncIterator[Store]:
     opened = Store("sqlite-file", tmp_path)
     yield opened
     await opened.aclose()
+
+
+def runner_conversation(
+    backend: str,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+    wrap: Callable[[Session], Session],
+) -> list[Any]:
+    """The Runner conversation over ``wrap(store)`` on ``backend``; nothing may log a warning."""
+    if backend in SERVICES:
+        require_service(*SERVICES[backend])
+    store = Store(backend, tmp_path)
+    with caplog.at_level(logging.WARNING):
+        remaining = run_conversation(
+            lambda: wrap(store.open(f"runner-{uuid.uuid4().hex}")), cleanup=store.aclose
+        )
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
+    # user, call, output, reply; user, call, output, reply: the third turn was undone.
+    assert len(remaining) == 8
+    return remaining

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 from agents import RunContextWrapper
 from agents.memory import SessionSettings, SQLiteSession
@@ -19,26 +17,7 @@ from memstack import (
 )
 from memstack.testing import InMemorySession
 
-
-class LegacySession:
-    """A Session that predates the SDK's ``wrapper`` argument."""
-
-    def __init__(self) -> None:
-        self.session_id = "legacy"
-        self.session_settings = SessionSettings()
-        self.items: list[Any] = []
-
-    async def get_items(self, limit: int | None = None) -> list[Any]:
-        return self.items[-limit:] if limit else list(self.items)
-
-    async def add_items(self, items: list[Any]) -> None:
-        self.items.extend(items)
-
-    async def pop_item(self) -> Any:
-        return self.items.pop() if self.items else None
-
-    async def clear_session(self) -> None:
-        self.items.clear()
+from .sessions import PlainSession
 
 
 def test_session_id_comes_from_the_store():
@@ -67,7 +46,7 @@ async def test_wrapper_reaches_a_store_that_declares_it():
 
 
 async def test_wrapper_is_not_passed_to_a_store_that_does_not_declare_it():
-    store = LegacySession()
+    store = PlainSession()
     stack = PassthroughSession(store)
     wrapper = RunContextWrapper(context=None)
     await stack.add_items([{"role": "user", "content": "x"}], wrapper=wrapper)
@@ -79,7 +58,7 @@ async def test_wrapper_is_not_passed_to_a_store_that_does_not_declare_it():
 def test_layers_declare_wrapper_so_the_sdk_passes_it():
     from agents.memory.session import _session_accepts_wrapper
 
-    assert _session_accepts_wrapper(PassthroughSession(LegacySession()))
+    assert _session_accepts_wrapper(PassthroughSession(PlainSession()))
 
 
 def test_walking_the_chain_reaches_the_backend():

@@ -121,7 +121,7 @@ async def test_concurrent_writes_survive_a_rewrite(store: Store):
 
 
 async def test_generic_fallback_refuses_destructive_work_by_default():
-    from .test_generic_support import PlainSession
+    from ..sessions import PlainSession
 
     session = PlainSession()
     caps = capabilities_of(session)

@@ -6,26 +6,7 @@ from typing import Any
 
 from memstack.testing.contract import run_contract
 
-
-class PlainSession:
-    def __init__(self, session_id: str = "plain") -> None:
-        self.session_id = session_id
-        self.session_settings = None
-        self.items: list[Any] = []
-
-    async def get_items(self, limit: int | None = None) -> list[Any]:
-        if limit is None:
-            return list(self.items)
-        return self.items[-limit:] if limit > 0 else []
-
-    async def add_items(self, items: list[Any]) -> None:
-        self.items.extend(items)
-
-    async def pop_item(self) -> Any:
-        return self.items.pop() if self.items else None
-
-    async def clear_session(self) -> None:
-        self.items.clear()
+from ..sessions import PlainSession
 
 
 async def test_contract_helper_accepts_a_users_session():

@@ -11,17 +11,8 @@ from memstack import CapabilityError, GenericCapabilities, PassthroughSession, c
 from memstack.backends.capabilities import kept_after_delete
 from memstack.testing import InMemorySession, sample_items
 
-from ..conftest import Store
+from ..conftest import SQL_BACKENDS, Store
 from ..direct import backdate, stored
-
-WRITE_TIMES = (
-    "sqlite-memory",
-    "sqlite-file",
-    "aiosqlite",
-    "sqlalchemy-sqlite",
-    "postgres",
-    "mariadb",
-)
 
 
 async def test_deletes_only_rows_the_store_wrote_before_the_cutoff(store: Store) -> None:
@@ -32,7 +23,7 @@ async def test_deletes_only_rows_the_store_wrote_before_the_cutoff(store: Store)
     await session.add_items(items)
     await other.add_items(sample_items(2, tag="o"))
     caps = capabilities_of(PassthroughSession(session))  # unchanged items: the store's own
-    if store.backend not in WRITE_TIMES:
+    if store.backend not in SQL_BACKENDS:
         with pytest.raises(CapabilityError, match="no per-item write time"):
             await caps.delete_written_before(60)
         return

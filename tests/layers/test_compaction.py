@@ -4,7 +4,6 @@ concurrent writers, rewrite mode, TTL lifetimes, options."""
 from __future__ import annotations
 
 import asyncio
-import logging
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -40,10 +39,9 @@ from memstack.compaction.records import is_record, parse_record
 from memstack.crypto import generate_key
 from memstack.history import history_problems, is_pinned
 from memstack.testing import CONTRACT_CHECKS, FakeClock, InMemorySession, sample_items
-from memstack.testing.conversation import run_conversation
 
 from ..backends.test_generic_support import PlainSession
-from ..conftest import BACKENDS, SERVICES, Store, require_service
+from ..conftest import BACKENDS, Store, runner_conversation
 from ..fake_openai_server import CHAT, COMPACT, FakeOpenAI, Garbage, Hang, Status
 
 KEY = generate_key()
@@ -136,16 +134,9 @@ async def test_compaction_that_fires_keeps_the_session_contract(store: Store, st
 def test_runner_conversation(
     backend: str, stack: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    if backend in SERVICES:
-        require_service(*SERVICES[backend])
-    store = Store(backend, tmp_path)
-    with caplog.at_level(logging.WARNING, logger="openai.agents"):
-        remaining = run_conversation(
-            lambda: build_stack(store.open(f"runner-{uuid.uuid4().hex}"), STACKS[stack](QUIET)),
-            cleanup=store.aclose,
-        )
-    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
-    assert len(remaining) == 8
+    runner_conversation(
+        backend, tmp_path, caplog, lambda store: build_stack(store, STACKS[stack](QUIET))
+    )
 
 
 class Counting(InMemorySession):

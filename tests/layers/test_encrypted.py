@@ -39,10 +39,9 @@ from memstack.testing import (
     InMemorySession,
     sample_items,
 )
-from memstack.testing.conversation import run_conversation
 
 from ..backends.test_generic_support import PlainSession
-from ..conftest import BACKENDS, POSTGRES_URL, SERVICES, Store, require_service
+from ..conftest import BACKENDS, POSTGRES_URL, Store, require_service, runner_conversation
 
 KEY = generate_key()
 OTHER = generate_key()
@@ -98,20 +97,7 @@ async def test_contract(store: Store, stack: str, check: Any) -> None:
 def test_runner_conversation(
     backend: str, stack: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    if backend in SERVICES:
-        require_service(*SERVICES[backend])
-    store = Store(backend, tmp_path)
-    raw: list[Any] = []
-
-    def make() -> Any:
-        session = build_stack(store.open(f"runner-{uuid.uuid4().hex}"), STACKS[stack])
-        raw.append(session)
-        return session
-
-    with caplog.at_level(logging.WARNING, logger="openai.agents"):
-        remaining = run_conversation(make, cleanup=store.aclose)
-    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
-    assert len(remaining) == 8
+    runner_conversation(backend, tmp_path, caplog, lambda store: build_stack(store, STACKS[stack]))
 
 
 # -- what the layer below sees ---------------------------------------------------------------

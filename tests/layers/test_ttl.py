@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import logging
 import uuid
 from datetime import timedelta
 from typing import Any
@@ -18,21 +17,14 @@ from memstack.history import history_problems
 from memstack.layers import PassthroughSession, TTLSession, purge_written_before
 from memstack.layers.ttl_record import MARKER
 from memstack.testing import CONTRACT_CHECKS, FakeClock, InMemorySession, sample_items
-from memstack.testing.conversation import get_weather, run_conversation
+from memstack.testing.conversation import get_weather
 from memstack.testing.model import ScriptedModel, ToolCall
 
-from ..conftest import BACKENDS, SERVICES, Store, require_service
+from ..conftest import BACKENDS, SQL_BACKENDS, Store, runner_conversation
 from ..direct import backdate, stored
+from ..sessions import PlainSession
 
 HOUR = 3600.0
-SQL_BACKENDS = (
-    "sqlite-memory",
-    "sqlite-file",
-    "aiosqlite",
-    "sqlalchemy-sqlite",
-    "postgres",
-    "mariadb",
-)
 
 
 def sid() -> str:
@@ -87,16 +79,7 @@ async def test_contract(store: Store, stack: str, check: Any) -> None:
 def test_runner_conversation(
     backend: str, stack: str, tmp_path: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
-    if backend in SERVICES:
-        require_service(*SERVICES[backend])
-    store = Store(backend, tmp_path)
-    with caplog.at_level(logging.WARNING):
-        remaining = run_conversation(
-            lambda: build_stack(store.open(sid()), STACKS[stack]), cleanup=store.aclose
-        )
-    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
-    # user, call, output, reply; user, call, output, reply: the third turn was undone.
-    assert len(remaining) == 8
+    runner_conversation(backend, tmp_path, caplog, lambda store: build_stack(store, STACKS[stack]))
 
 
 async def test_runner_forgets_expired_turns_mid_conversation() -> None:
@@ -346,31 +329,12 @@ async def test_idle_purge_without_a_write(store: Store) -> None:
 
 
 # -- stores that can only skip ------------------------------------------------------------------
-class BareSession:
-    """A Session with no capability adapter: the generic fallback applies."""
-
-    def __init__(self, session_id: str) -> None:
-        self.session_id = session_id
-        self.session_settings: SessionSettings | None = None
-        self.items: list[Any] = []
-
-    async def get_items(self, limit: int | None = None) -> list[Any]:
-        return list(self.items if limit is None else self.items[-limit:] if limit else [])
-
-    async def add_items(self, items: list[Any]) -> None:
-        self.items.extend(items)
-
-    async def pop_item(self) -> Any:
-        return self.items.pop() if self.items else None
-
-    async def clear_session(self) -> None:
-        self.items.clear()
 
 
 async def test_generic_store_skips_and_says_it_cannot_delete(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    clock, bare = FakeClock(), BareSession(sid())
+    clock, bare = FakeClock(), PlainSession(sid())
     session = TTLSession(bare, ttl=HOUR, clock=clock, purge_every=0)
     with caplog.at_level("INFO", logger="memstack.ttl"):
         await session.add_items(sample_items(4))  # the write succeeds; purge is skipped

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
-import logging
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -32,10 +31,10 @@ from memstack import (
 from memstack.history import cut_points, history_problems, is_pinned, is_user_message, split_turns
 from memstack.layers import window as window_module
 from memstack.testing import CONTRACT_CHECKS, InMemorySession, ScriptedModel, ToolCall, sample_items
-from memstack.testing.conversation import get_weather, run_conversation
+from memstack.testing.conversation import get_weather
 
 from ..backends.test_generic_support import PlainSession
-from ..conftest import BACKENDS, SERVICES, Store, require_service
+from ..conftest import BACKENDS, Store, runner_conversation
 
 DATA = Path("/work/shared/data")
 Item = dict[str, Any]
@@ -611,18 +610,12 @@ async def test_contract(store: Store, stack: str, check: Any) -> None:
 def test_runner_conversation(
     backend: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    if backend in SERVICES:
-        require_service(*SERVICES[backend])
-    store = Store(backend, tmp_path)
-    with caplog.at_level(logging.WARNING, logger="openai.agents"):
-        remaining = run_conversation(
-            lambda: PassthroughSession(
-                SlidingWindowSession(store.open(f"runner-{uuid.uuid4().hex}"), **GENEROUS)
-            ),
-            cleanup=store.aclose,
-        )
-    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
-    assert len(remaining) == 8
+    runner_conversation(
+        backend,
+        tmp_path,
+        caplog,
+        lambda store: PassthroughSession(SlidingWindowSession(store, **GENEROUS)),
+    )
 
 
 async def test_runner_sends_the_model_only_the_window() -> None:
