@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import inspect
 import logging
-import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -68,46 +67,4 @@ def input_filter(stack: Session) -> ModelInputFilter:
         own = getattr(session, "filter_model_input", None)
         if callable(own):
             transforms.append((type(session).__name__, own))
-            continue
-        window = _window_transform(session)
-        if window is not None:
-            transforms.append((type(session).__name__, window))
     return ModelInputFilter(transforms)
-
-
-def _window_transform(session: Session) -> Transform | None:
-    """The sliding window's budget over a list, through its public interface only.
-
-    Replays the window over the items in an in-memory store with the same options; the
-    window layer can replace this by its own ``filter_model_input``.
-    """
-    try:
-        from memstack.layers.window import SlidingWindowSession
-    except ImportError:  # pragma: no cover - the window layer ships with memstack
-        return None
-    if not isinstance(session, SlidingWindowSession):
-        return None
-    window = session
-
-    async def apply(items: list[Item]) -> list[Item]:
-        from memstack.testing.memory import InMemorySession
-
-        store = InMemorySession(f"in-run-{uuid.uuid4().hex}")
-        try:
-            await store.add_items(items)  # type: ignore[arg-type]
-        except ValueError as exc:  # items the store cannot hold: leave the input as is
-            logger.warning("window not applied to the model input: %s", exc)
-            return items
-        replay = SlidingWindowSession(
-            store,
-            max_items=window.budget.items,
-            max_turns=window.budget.turns,
-            max_tokens=window.budget.tokens,
-            counter=window.counter,
-            align=window.align,
-            low_watermark=window.low_watermark,
-            pinned_lookback=window.pinned_lookback,
-        )
-        return list(await replay.get_items())  # type: ignore[arg-type]
-
-    return apply

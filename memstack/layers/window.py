@@ -403,6 +403,22 @@ class SlidingWindowSession(SessionLayer):
             await self._trim(items, start)
         return list(tail.view(start))  # type: ignore[arg-type]
 
+    def filter_model_input(self, items: Sequence[Item]) -> list[Item]:
+        """This window over a list of items (a model call's input inside one run).
+
+        The same rule as ``get_items``, applied to ``items`` as a complete history; used
+        by ``memstack.compaction.input_filter``.
+        """
+        tail = _Tail(
+            items,
+            complete=True,
+            align=self.align,
+            pinned_lookback=self.pinned_lookback,
+            counter=self.counter,
+        )
+        start = tail.plan(self.budget, self.low, anchored=True)
+        return list(tail.view(start or 0))
+
     async def _trim(self, items: Sequence[Item], start: int) -> None:
         dropped = [dict(item) for item in items[:start]]
         kept = [item for item in dropped if is_pinned(item)]

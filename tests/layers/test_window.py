@@ -641,3 +641,29 @@ async def test_runner_sends_the_model_only_the_window() -> None:
     assert last[-1].get("content") == "Thanks"
     assert history_problems(last) == []
     assert len(await store.get_items()) == 10  # the store keeps everything
+
+
+AIRLINE_SAMPLE = [
+    json.loads(line)["items"]
+    for line in (Path(__file__).resolve().parents[3] / "shared" / "data" / "airline_tau.jsonl")
+    .read_text()
+    .splitlines()[:15]
+]
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"max_tokens": 1500},
+        {"max_turns": 2},
+        {"max_items": 12, "align": "unit"},
+        {"max_tokens": 1500, "low_watermark": 0.6},
+    ],
+    ids=str,
+)
+async def test_in_run_filter_is_the_same_window(options: dict[str, Any]) -> None:
+    """``filter_model_input`` (used inside a run) shows what ``get_items`` shows."""
+    for items in AIRLINE_SAMPLE:
+        window = SlidingWindowSession(InMemorySession("in-run"), **options)
+        await window.add_items(items)
+        assert window.filter_model_input(items) == await window.get_items()
