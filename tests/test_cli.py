@@ -245,3 +245,15 @@ def test_bench_tokens_on_a_small_file(tmp_path: Path):
     memstack_rows = [row for row in summary["strategies"] if row["kind"] == "memstack"]
     assert memstack_rows and all(row["invalid_views"] == 0 for row in memstack_rows)
     assert (tmp_path / "out" / "calls.csv").exists()
+
+
+def test_bench_runs_a_script_benchmark_with_its_own_options():
+    result = memstack("bench", "window", "--skip-replay", "--rounds", "1", timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert "ratio = window at 100k / window at 100" in result.stdout
+
+
+def test_unknown_options_are_refused_outside_script_benchmarks():
+    result = memstack("validate", "x.toml", "--bogus")
+    assert result.returncode == 2
+    assert "unrecognized arguments: --bogus" in result.stderr
