@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import MISSING, dataclass, field, fields
 from types import MappingProxyType
 from typing import Any
 
@@ -106,6 +106,16 @@ class Mask:
         object.__setattr__(self, "templates", MappingProxyType(dict(self.templates)))
         object.__setattr__(self, "tools", _names("tools", self.tools))
         object.__setattr__(self, "exclude_tools", _names("exclude_tools", self.exclude_tools))
+
+    def __repr__(self) -> str:
+        # Only what differs from the defaults: stacks print this in their chain.
+        changed = [
+            f"{f.name}={getattr(self, f.name)!r}"
+            for f in fields(self)
+            if getattr(self, f.name)
+            != (f.default_factory() if f.default_factory is not MISSING else f.default)
+        ]
+        return f"Mask({', '.join(changed)})"
 
     def apply(self, items: Sequence[Item]) -> list[Any]:
         """``items`` with unprotected, large enough tool outputs replaced; input untouched."""

@@ -50,7 +50,6 @@ applies the same masking (and the stack's window) to every model call inside a r
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 import warnings
 from collections.abc import Mapping, Sequence
@@ -60,7 +59,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from agents.memory import OpenAIConversationsSession
 from agents.memory.session_settings import resolve_session_limit
 
-from memstack.backends.capabilities import GenericCapabilities, capabilities_of
+from memstack.backends.capabilities import capabilities_of
 from memstack.base import SessionLayer
 from memstack.compaction.config import strategy_from_config, trigger_from_config
 from memstack.compaction.masking import Mask
@@ -374,11 +373,12 @@ class CompactionSession(SessionLayer):
         return res, aligned
 
     def _counts_natively(self) -> bool:
-        # The generic adapter counts by reading everything, which would make every read
-        # read the whole history. Such a store cannot drop its oldest items atomically,
-        # and a retention layer dates the record to expire with them (memstack.context),
-        # so there the first covered item is checked only when the read reaches it.
-        return not isinstance(capabilities_of(self.inner), GenericCapabilities)
+        # The generic adapter, and a TTL layer's (it counts live items), count by reading
+        # everything, which would make every read read the whole history. The generic
+        # one's store cannot drop its oldest items atomically, and a retention layer dates
+        # the record to expire with them (memstack.context), so there the first covered
+        # item is checked only when the read reaches it.
+        return capabilities_of(self.inner).counts_cheaply
 
     def _view(self, res: Resolution) -> list[Item]:
         view = res.view
@@ -391,7 +391,7 @@ class CompactionSession(SessionLayer):
 
     def repr_options(self) -> dict[str, object]:
         options: dict[str, object] = {}
-        strategies = [_brief(s) for s in (self.mask, self.compactor) if s is not None]
+        strategies = [s for s in (self.mask, self.compactor) if s is not None]
         options["strategy"] = strategies[0] if len(strategies) == 1 else strategies
         if self.trigger is not None:
             options["trigger"] = self.trigger
@@ -399,34 +399,6 @@ class CompactionSession(SessionLayer):
         if self.mode != "append":
             options["mode"] = self.mode
         return options
-
-
-class _Brief:
-    """``Name(changed=option)``: a policy with only its non-default fields, for ``repr``."""
-
-    def __init__(self, text: str) -> None:
-        self.text = text
-
-    def __repr__(self) -> str:
-        return self.text
-
-
-def _brief(policy: object) -> _Brief:
-    if not dataclasses.is_dataclass(policy) or isinstance(policy, type):
-        return _Brief(repr(policy))
-    shown = []
-    for field in dataclasses.fields(policy):
-        value = getattr(policy, field.name)
-        if field.default is not dataclasses.MISSING:
-            changed = value != field.default
-        elif field.default_factory is not dataclasses.MISSING:
-            changed = value != field.default_factory()
-        else:  # required: a collaborator such as the summariser, shown by its type
-            shown.append(f"{field.name}={type(value).__name__}")
-            continue
-        if field.repr and changed:
-            shown.append(f"{field.name}={value!r}")
-    return _Brief(f"{type(policy).__name__}({', '.join(shown)})")
 
 
 def _oldest(times: Sequence[float | None]) -> float | None:

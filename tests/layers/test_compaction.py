@@ -516,10 +516,7 @@ def test_stack_builder_and_repr_show_the_configuration() -> None:
     stack = build_stack(InMemorySession("s"), [LayerSpec("compaction", FIRING)])
     assert isinstance(stack, CompactionSession)
     assert repr(stack) == (
-        "InMemorySession(session_id='s') → CompactionSession(strategy=[Mask(keep_last_turns=1, "
-        "keep_last_outputs=0, min_chars=200, templates=mappingproxy({}), default_template="
-        "'[Output of {tool}({args}) omitted to save context; call it again if needed]', "
-        "tools=None, exclude_tools=frozenset(), max_arg_chars=120), Summarize("
+        "InMemorySession(session_id='s') → CompactionSession(strategy=[Mask(), Summarize("
         "ExtractiveSummarizer(), max_tokens=300)], trigger=Items(limit=12, target=4), "
         "keep_last_turns=1)"
     )
