@@ -42,6 +42,8 @@ class StorageCapabilities(ABC):
 
     #: True when every destructive operation is one transaction in the store.
     atomic: ClassVar[bool] = True
+    #: True when ``count()`` asks the store; False when it reads every item to count.
+    counts_cheaply: ClassVar[bool] = True
 
     def __init__(self, session: Session) -> None:
         self.session = session
@@ -144,6 +146,7 @@ class GenericCapabilities(StorageCapabilities):
     """
 
     atomic = False
+    counts_cheaply = False
 
     def __init__(self, session: Session, *, allow_non_atomic: bool = False) -> None:
         super().__init__(session)

@@ -331,6 +331,10 @@ class EncryptedCapabilities(StorageCapabilities):
     def atomic(self) -> bool:  # type: ignore[override]  # the store's, known per instance
         return self.below.atomic
 
+    @property
+    def counts_cheaply(self) -> bool:  # type: ignore[override]  # likewise
+        return self.below.counts_cheaply
+
     async def count(self) -> int:
         return await self.below.count()
 

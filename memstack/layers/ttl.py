@@ -45,7 +45,6 @@ from agents.memory.session_settings import resolve_session_limit
 
 from memstack.backends.capabilities import (
     READ_ALL,
-    GenericCapabilities,
     Predicate,
     StorageCapabilities,
     capabilities_of,
@@ -256,7 +255,7 @@ class TTLSession(SessionLayer):
         """
         caps = capabilities_of(self.inner)
         if self._counts_cheaply is None:
-            self._counts_cheaply = not isinstance(caps, GenericCapabilities)
+            self._counts_cheaply = caps.counts_cheaply
         if self._counts_cheaply and await caps.count() <= size * _GROWTH * _GROWTH:
             return size * _GROWTH * _GROWTH
         return size * _GROWTH

@@ -43,6 +43,8 @@ class TTLCapabilities(StorageCapabilities):
     """Capabilities of the store below a ``TTLSession``, over its live items."""
 
     session: TTLSession
+    # Live items are known only by reading back to the oldest one: count() reads them all.
+    counts_cheaply = False
 
     def __init__(self, session: TTLSession) -> None:
         super().__init__(session)
