@@ -3,7 +3,7 @@
     python benchmarks/bench_encrypted.py                 # ~10k real items, 3 rounds
     python benchmarks/bench_encrypted.py --items 2000 --rounds 1
 
-Every variant stores the same items (real transcripts from /work/shared/data, customer
+Every variant stores the same items (real transcripts from ../shared/data, customer
 service and coding runs interleaved) into its own SQLite file through the SDK's
 ``SQLiteSession``, written in turn-sized batches. Reported, as medians over rounds:
 write time for all items, a tail read (``get_items(limit=50)``, what the Runner does
@@ -17,7 +17,6 @@ import argparse
 import asyncio
 import itertools
 import json
-import os
 import sqlite3
 import statistics
 import tempfile
@@ -30,10 +29,11 @@ from agents.extensions.memory import EncryptedSession as SdkEncryptedSession
 from agents.memory import Session, SQLiteSession
 from cryptography.fernet import Fernet
 
+from memstack.bench.transcripts import DATA_DIR
 from memstack.crypto import generate_key
 from memstack.layers import EncryptedSession
 
-DATA = Path(os.environ.get("MEMSTACK_DATA", "/work/shared/data"))
+DATA = DATA_DIR
 BATCH = 8  # items per add_items: about one agent turn with a tool call or two
 
 

@@ -3,7 +3,7 @@
     python benchmarks/bench_ttl.py                      # 10k real items, 15 rounds
     python benchmarks/bench_ttl.py --items 2000 --rounds 5
 
-Both variants hold the same items (real transcripts from /work/shared/data, customer
+Both variants hold the same items (real transcripts from ../shared/data, customer
 service and coding runs interleaved; ``sample_items`` if absent) in their own SQLite file
 through the SDK's ``SQLiteSession``, written in turn-sized batches. The TTL file's first
 half was written over one day, its second over the next, with ``ttl`` of 1.5 days: at the
@@ -23,7 +23,6 @@ import argparse
 import asyncio
 import itertools
 import json
-import os
 import shutil
 import statistics
 import tempfile
@@ -35,10 +34,11 @@ from typing import Any
 from agents.memory import Session, SQLiteSession
 
 import memstack.backends.adapters  # noqa: F401  (imported up front, not inside a timing)
+from memstack.bench.transcripts import DATA_DIR
 from memstack.layers import PassthroughSession, TTLSession
 from memstack.testing import FakeClock, sample_items
 
-DATA = Path(os.environ.get("MEMSTACK_DATA", "/work/shared/data"))
+DATA = DATA_DIR
 BATCH = 8  # items per add_items: about one agent turn with a tool call or two
 DAY = 86_400.0
 TTL = 1.5 * DAY
@@ -182,8 +182,10 @@ async def run(count: int, rounds: int) -> None:
         purged = await purger.purge_expired()
         seconds = time.perf_counter() - start
         left = len(await purger.get_items())
-        print(f"purge_expired()       deleted {purged} rows in {seconds * 1000:.0f} ms "
-              f"(batches of {purger.purge_batch}); {left} items left\n")
+        print(
+            f"purge_expired()       deleted {purged} rows in {seconds * 1000:.0f} ms "
+            f"(batches of {purger.purge_batch}); {left} items left\n"
+        )
         print("after the purge (the steady state when purges keep up):")
         medians = await medians_ms(
             {name: (lambda make=make: make().get_items()) for name, make in variants.items()},

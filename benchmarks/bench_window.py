@@ -4,7 +4,7 @@
     python benchmarks/bench_window.py --rounds 11
 
 Part 1. Two SQLite files (the SDK's ``SQLiteSession``) hold one long customer-service
-history built from the real transcripts in /work/shared/data (system prompts dropped,
+history built from the real transcripts in ../shared/data (system prompts dropped,
 call ids renamed per copy): 100 items and 100,000 items. Each round times, in shuffled
 order, one ``get_items()`` through the window on each file and one bare
 ``get_items(limit=n)`` on the same file returning as many items as the window did.
@@ -24,7 +24,6 @@ import argparse
 import asyncio
 import functools
 import json
-import os
 import random
 import statistics
 import tempfile
@@ -35,12 +34,13 @@ from typing import Any
 
 from agents.memory import SQLiteSession
 
+from memstack.bench.transcripts import DATA_DIR
 from memstack.history import is_user_message
 from memstack.layers import SlidingWindowSession
 from memstack.testing import InMemorySession
 from memstack.tokens import TokenCounter
 
-DATA = Path(os.environ.get("MEMSTACK_DATA", "/work/shared/data"))
+DATA = DATA_DIR
 SIZES = (100, 100_000)
 COUNTER = TokenCounter("gpt-4o")
 CONFIGS: dict[str, dict[str, Any]] = {

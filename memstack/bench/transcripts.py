@@ -13,6 +13,7 @@ Its input is everything before ``start``.
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,7 +21,14 @@ from typing import Any
 
 from memstack.history import CALL_TO_OUTPUT, item_type
 
-__all__ = ["Conversation", "ModelCall", "default_transcripts", "load_conversations", "model_calls"]
+__all__ = [
+    "DATA_DIR",
+    "Conversation",
+    "ModelCall",
+    "default_transcripts",
+    "load_conversations",
+    "model_calls",
+]
 
 _MODEL_MADE = frozenset({*CALL_TO_OUTPUT, "reasoning"}) - {"mcp_approval_request"}
 
@@ -70,10 +78,15 @@ def model_calls(items: list[dict[str, Any]]) -> list[ModelCall]:
     return calls
 
 
+#: ``../shared/data`` beside the repository, where the team keeps them; MEMSTACK_DATA overrides.
+DATA_DIR = Path(
+    os.environ.get("MEMSTACK_DATA", Path(__file__).resolve().parents[3] / "shared" / "data")
+)
+
+
 def default_transcripts() -> list[Path]:
-    """``../shared/data/*.jsonl`` beside the repository, where the team keeps them."""
-    root = Path(__file__).resolve().parents[3] / "shared" / "data"
-    return sorted(root.glob("*.jsonl"))
+    """The ``*.jsonl`` transcripts in ``DATA_DIR``."""
+    return sorted(DATA_DIR.glob("*.jsonl"))
 
 
 def load_conversations(path: Path, *, limit: int | None = None) -> Iterator[Conversation]:
