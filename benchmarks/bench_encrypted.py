@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import itertools
 import json
 import sqlite3
 import statistics
@@ -25,6 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from _shared import long_history
 from agents.extensions.memory import EncryptedSession as SdkEncryptedSession
 from agents.memory import Session, SQLiteSession
 from cryptography.fernet import Fernet
@@ -35,20 +35,6 @@ from memstack.layers import EncryptedSession
 
 DATA = DATA_DIR
 BATCH = 8  # items per add_items: about one agent turn with a tool call or two
-
-
-def load_items(count: int) -> list[dict[str, Any]]:
-    conversations = []
-    for name in ("airline_tau.jsonl", "swe_coding.jsonl"):
-        with (DATA / name).open() as lines:
-            conversations.append([json.loads(line)["items"] for line in lines])
-    items: list[dict[str, Any]] = []
-    for pair in itertools.zip_longest(*conversations):
-        for conversation in pair:
-            items.extend(conversation or [])
-        if len(items) >= count:
-            break
-    return items[:count]
 
 
 MEMSTACK_KEY, SDK_KEY = generate_key(), Fernet.generate_key().decode()
@@ -116,7 +102,7 @@ async def main() -> None:
     parser.add_argument("--tail", type=int, default=50)
     args = parser.parse_args()
 
-    items = load_items(args.items)
+    items = long_history(args.items)
     plaintext = sum(len(json.dumps(item).encode()) for item in items)
     print(
         f"{len(items)} items, {plaintext / 1e6:.2f} MB as the SDK stores them (json.dumps); "

@@ -8,7 +8,7 @@
 a server: ``open_backend(url, session_id, engine=engine)``); each first gets
 ``--history`` items of real history (untimed), then does ``--turns`` turns of
 ``add_items(turn)`` followed by ``get_items()``, as a Runner does. Turns are real agent
-turns of up to 8 items (``_production.long_history``). The stack is recipes/production.toml
+turns of up to 8 items (``_shared.long_history``). The stack is recipes/production.toml
 over that store (``recipe.stack_over``), with offline extractive summaries. Each round
 runs both variants one after the other, order alternating, on fresh session ids; each
 phase stops starting turns after ``--seconds``.
@@ -29,7 +29,7 @@ import sys
 import time
 from typing import Any
 
-from _production import long_history, production_recipe, renamed, turns
+from _shared import long_history, production_recipe, renamed, turns
 from agents.memory import Session
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine

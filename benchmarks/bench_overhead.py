@@ -7,7 +7,7 @@ The stack is recipes/production.toml (TTL → Encrypted → Compaction → Windo
 SQLite file, built with ``load_recipe(…, url=…)``, a fresh key in ``CHAT_KEY_CURRENT``
 and the extractive summariser in place of the recipe's model (offline, deterministic).
 Both files hold the same real items (customer service and coding runs interleaved, see
-``_production.long_history``), written in turn-sized batches; the stack's file through
+``_shared.long_history``), written in turn-sized batches; the stack's file through
 the stack, so it holds TTL records, envelopes and the compaction records the trigger
 wrote on the way.
 
@@ -26,7 +26,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from _production import BATCH, close, long_history, medians_ms, production_recipe, renamed, turns
+from _shared import BATCH, close, long_history, medians_ms, production_recipe, renamed, turns
 from agents.memory import Session, SQLiteSession
 
 from memstack.backends import open_backend

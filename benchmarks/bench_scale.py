@@ -4,7 +4,7 @@
     python benchmarks/bench_scale.py --items 20000 --rounds 7
 
 Two SQLite files hold the same newest items of one long real history (see
-``_production.long_history``), written through the production stack (recipes/
+``_shared.long_history``), written through the production stack (recipes/
 production.toml, offline extractive summaries) in batches of ``--batch`` items, so the
 big file holds TTL records, envelopes and the compaction records the trigger wrote.
 Reported, medians of interleaved rounds on a warm stack (a long-running server): the
@@ -34,7 +34,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-from _production import close, long_history, medians_ms, production_recipe
+from _shared import close, long_history, medians_ms, production_recipe
 from agents.memory import Session
 
 from memstack.backends import open_backend

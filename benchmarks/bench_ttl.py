@@ -21,44 +21,25 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import itertools
-import json
 import shutil
-import statistics
 import tempfile
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+from _shared import long_history, medians_ms
 from agents.memory import Session, SQLiteSession
 
 import memstack.backends.adapters  # noqa: F401  (imported up front, not inside a timing)
 from memstack.bench.transcripts import DATA_DIR
 from memstack.layers import PassthroughSession, TTLSession
-from memstack.testing import FakeClock, sample_items
+from memstack.testing import FakeClock
 
 DATA = DATA_DIR
 BATCH = 8  # items per add_items: about one agent turn with a tool call or two
 DAY = 86_400.0
 TTL = 1.5 * DAY
-
-
-def load_items(count: int) -> list[dict[str, Any]]:
-    files = [DATA / "airline_tau.jsonl", DATA / "swe_coding.jsonl"]
-    if not all(path.exists() for path in files):
-        return sample_items(count)
-    conversations = []
-    for path in files:
-        with path.open() as lines:
-            conversations.append([json.loads(line)["items"] for line in lines])
-    items: list[dict[str, Any]] = []
-    for pair in itertools.zip_longest(*conversations):
-        for conversation in pair:
-            items.extend(conversation or [])
-        if len(items) >= count:
-            break
-    return items[:count]
 
 
 class Counting(PassthroughSession):
@@ -81,23 +62,6 @@ async def fill(
             clock.tick(step)
 
 
-async def medians_ms(
-    actions: dict[str, Callable[[], Awaitable[Any]]], rounds: int
-) -> dict[str, float]:
-    """Median time of each action; rounds interleave them, so noise hits all alike."""
-    times: dict[str, list[float]] = {name: [] for name in actions}
-    for action in actions.values():
-        await action()  # warm the page cache and connections
-    for round_ in range(rounds):
-        names = list(actions)
-        names = names[round_ % len(names) :] + names[: round_ % len(names)]
-        for name in names:
-            start = time.perf_counter()
-            await actions[name]()
-            times[name].append(time.perf_counter() - start)
-    return {name: statistics.median(values) * 1000 for name, values in times.items()}
-
-
 async def rows_read(
     read: Callable[[Session], Awaitable[Any]],
     variant: str,
@@ -118,7 +82,7 @@ async def rows_read(
 
 
 async def run(count: int, rounds: int) -> None:
-    items = load_items(count)
+    items = long_history(count)
     half = len(items) // 2
     folder = Path(tempfile.mkdtemp(prefix="bench-ttl-"))
     clock = FakeClock()

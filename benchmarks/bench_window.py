@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import functools
-import json
 import random
 import statistics
 import tempfile
@@ -32,6 +31,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+from _shared import conversations, long_history
 from agents.memory import SQLiteSession
 
 from memstack.bench.transcripts import DATA_DIR
@@ -53,32 +53,6 @@ CONFIGS: dict[str, dict[str, Any]] = {
 Item = dict[str, Any]
 
 
-def conversations(name: str) -> list[list[Item]]:
-    with (DATA / f"{name}.jsonl").open() as lines:
-        return [json.loads(line)["items"] for line in lines]
-
-
-def long_history(count: int) -> list[Item]:
-    """Airline conversations end to end, without system prompts, call ids made unique.
-
-    Ids repeat across the source conversations; a reused id would pair a call with an
-    output thousands of items later and glue everything between into one unit.
-    """
-    items: list[Item] = []
-    source = conversations("airline_tau")
-    copy = 0
-    while len(items) < count:
-        for number, conversation in enumerate(source):
-            for item in conversation:
-                if item.get("role") == "system":
-                    continue
-                if "call_id" in item:
-                    item = {**item, "call_id": f"{item['call_id']}-{copy}-{number}"}
-                items.append(item)
-        copy += 1
-    return items[:count]
-
-
 async def timed(call: Callable[[], Awaitable[Any]]) -> tuple[float, Any]:
     start = time.perf_counter()
     result = await call()
@@ -86,7 +60,7 @@ async def timed(call: Callable[[], Awaitable[Any]]) -> tuple[float, Any]:
 
 
 async def part1(rounds: int, directory: Path) -> None:
-    history = long_history(max(SIZES))
+    history = long_history(max(SIZES), names=("airline_tau",))
     stores = {}
     for size in SIZES:
         store = SQLiteSession(f"bench-{size}", directory / f"window-{size}.db")

@@ -17,7 +17,7 @@ import os
 import statistics
 import time
 import tomllib
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -63,19 +63,19 @@ def close(session: Session) -> None:
     store.close()
 
 
-def _conversations(name: str) -> list[list[Item]]:
+def conversations(name: str) -> list[list[Item]]:
     with (DATA / f"{name}.jsonl").open() as lines:
         return [json.loads(line)["items"] for line in lines]
 
 
-def long_history(count: int) -> list[Item]:
-    """One long session: customer service and coding runs interleaved, end to end.
+def long_history(count: int, names: Sequence[str] = ("airline_tau", "swe_coding")) -> list[Item]:
+    """One long session: the named transcripts' conversations interleaved, end to end.
 
     System prompts are dropped (one session has one, in the agent's instructions) and
     call ids made unique per copy: source conversations reuse ids, and a reused id would
     pair a call with an output thousands of items later.
     """
-    sources = [_conversations("airline_tau"), _conversations("swe_coding")]
+    sources = [conversations(name) for name in names]
     items: list[Item] = []
     for copy in itertools.count():
         for number, pair in enumerate(itertools.zip_longest(*sources)):
@@ -109,15 +109,18 @@ def renamed(turn: list[Item], tag: str) -> list[Item]:
 
 
 async def medians_ms(
-    actions: dict[str, Callable[[], Awaitable[Any]]], rounds: int
+    actions: Mapping[str, Callable[..., Awaitable[Any]]], rounds: int
 ) -> dict[str, float]:
     """Median milliseconds of each action; every round runs all of them, order rotated.
 
-    A garbage collection before each action: otherwise one action's garbage (a big read)
-    is collected, and timed, during whichever action runs next.
+    Each action runs once untimed first. A garbage collection before each timed action:
+    otherwise one action's garbage (a big read) is collected, and timed, during whichever
+    action runs next.
     """
     times: dict[str, list[float]] = {name: [] for name in actions}
     names = list(actions)
+    for action in actions.values():
+        await action()  # warm the page cache, connections and token caches
     for round_ in range(rounds):
         for name in names[round_ % len(names) :] + names[: round_ % len(names)]:
             gc.collect()
