@@ -66,14 +66,8 @@ BACKENDS = [
     "mariadb",
     "redis",
 ]
-SQL_BACKENDS = (
-    "sqlite-memory",
-    "sqlite-file",
-    "aiosqlite",
-    "sqlalchemy-sqlite",
-    "postgres",
-    "mariadb",
-)
+# Stores with their own per-item write time (the capability delete_written_before).
+SQL_BACKENDS = tuple(backend for backend in BACKENDS if backend not in ("memory", "redis"))
 SERVICES = {
     "postgres": ("PostgreSQL", POSTGRES_URL),
     "mariadb": ("MariaDB", MYSQL_URL),
