@@ -25,9 +25,9 @@ import logging
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
-from memstack.errors import ItemValidationError
+from memstack.errors import ItemValidationError, StoredItemError
 
 __all__ = [
     "CALL_TO_OUTPUT",
@@ -39,6 +39,7 @@ __all__ = [
     "pair_key",
     "split_turns",
     "split_units",
+    "stored_items",
     "valid_view",
     "validate_items",
 ]
@@ -241,6 +242,26 @@ def validate_items(items: object, *, layer: str | None = None) -> list[dict[str,
                 f"item {index} ({item_type(item)}), field {field}: {problem}", layer=layer
             ) from exc
     return items
+
+
+def stored_items(
+    values: Sequence[object], *, layer: str | None = None, session_id: str | None = None
+) -> list[dict[str, Any]]:
+    """``values`` read from a store, checked to be items (dicts) before a layer uses them.
+
+    Stores hand back whatever JSON they hold; a value written around memstack that is not
+    an item raises ``StoredItemError`` naming its position, instead of a bare crash later.
+    """
+    for index, value in enumerate(values):
+        if not isinstance(value, dict):
+            raise StoredItemError(
+                f"the stored value {len(values) - index} from the newest is a "
+                f"{type(value).__name__}, not an item; `memstack repair` shows and removes it",
+                position=len(values) - index,
+                layer=layer,
+                session_id=session_id,
+            )
+    return cast("list[dict[str, Any]]", values)
 
 
 def _first_bad_value(value: object, path: str = "") -> tuple[str, str]:

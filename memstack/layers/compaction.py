@@ -76,6 +76,7 @@ from memstack.errors import (
     ItemValidationError,
     SummarizerError,
 )
+from memstack.history import stored_items
 from memstack.tokens import ItemCounter, TokenCounter
 
 if TYPE_CHECKING:
@@ -355,7 +356,11 @@ class CompactionSession(SessionLayer):
         native = self._counts_natively()
         while True:
             with collecting_write_times() as times:
-                window: list[Item] = await self.inner.get_items(size, **self.forward(wrapper))  # type: ignore[assignment]
+                window = stored_items(
+                    await self.inner.get_items(size, **self.forward(wrapper)),
+                    layer=type(self).__name__,
+                    session_id=self.session_id,
+                )
             done = len(window) < size
             res = resolve(window, complete=done, trust_first=not native)
             if res is Need.SIZE:
