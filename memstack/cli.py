@@ -23,9 +23,9 @@ from agents.memory import Session
 
 from memstack import __version__
 from memstack.backends.capabilities import READ_ALL
-from memstack.base import SessionLayer, full_history_layer, iter_chain, stored_history
+from memstack.base import SessionLayer, full_history_layer, iter_chain
 from memstack.errors import ConfigurationError, MemstackError
-from memstack.history import item_type, validate_items
+from memstack.history import item_type, stored_history, validate_items
 from memstack.progress import progress_bar
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2

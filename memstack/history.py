@@ -23,7 +23,9 @@ import itertools
 import json
 import logging
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, TypeVar, cast
 
@@ -39,6 +41,7 @@ __all__ = [
     "pair_key",
     "split_turns",
     "split_units",
+    "stored_history",
     "stored_items",
     "valid_view",
     "validate_items",
@@ -203,6 +206,28 @@ def history_problems(items: Sequence[Item]) -> list[str]:
     the conversation moved on, and reasoning items not followed by a model item.
     """
     return [reason for _, reason in _problems(items)]
+
+
+# Set inside ``stored_history()``: reads return what is stored, unrepaired.
+_as_stored: ContextVar[bool] = ContextVar("memstack_as_stored", default=False)
+
+
+@contextmanager
+def stored_history() -> Iterator[None]:
+    """Reads inside this block skip the top-of-stack repair (``valid_view``).
+
+    For export, inspection and capability adapters that rewrite what they read: they
+    must see what is stored, or a rewrite would delete what a view only leaves out.
+    """
+    token = _as_stored.set(True)
+    try:
+        yield
+    finally:
+        _as_stored.reset(token)
+
+
+def reading_as_stored() -> bool:
+    return _as_stored.get()
 
 
 def valid_view(items: Sequence[T]) -> list[T]:

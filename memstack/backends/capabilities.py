@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from memstack.errors import BackendError, CapabilityError
+from memstack.history import stored_history
 
 if TYPE_CHECKING:
     from agents.memory import Session
@@ -153,7 +154,8 @@ class GenericCapabilities(StorageCapabilities):
         self.allow_non_atomic = allow_non_atomic
 
     async def count(self) -> int:
-        return len(await self.session.get_items(READ_ALL))
+        with stored_history():
+            return len(await self.session.get_items(READ_ALL))
 
     async def delete_oldest(self, n: int) -> int:
         items = await self._all_for_rewrite("delete_oldest")
@@ -189,7 +191,8 @@ class GenericCapabilities(StorageCapabilities):
                 "clear-and-re-add is possible, which can lose history if interrupted "
                 "(pass allow_non_atomic=True to accept that)"
             )
-        return [dict(item) for item in await self.session.get_items(READ_ALL)]
+        with stored_history():  # a rewrite must keep what a view would leave out
+            return [dict(item) for item in await self.session.get_items(READ_ALL)]
 
     async def _rewrite(self, items: list[Item]) -> None:
         await self.session.clear_session()
