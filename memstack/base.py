@@ -163,7 +163,8 @@ class SessionLayer:
         transforms them falls back to the generic adapter over its own Session methods
         unless it provides a translating adapter.
         """
-        from memstack.backends.capabilities import GenericCapabilities, capabilities_of
+        from memstack.backends.adapters import capabilities_of
+        from memstack.backends.capabilities import GenericCapabilities
 
         if self.transforms_items:
             return GenericCapabilities(self)

@@ -6,8 +6,8 @@
     >>> caps.atomic
     True
 
-Layers ask ``capabilities_of(session)`` (or ``layer.storage_capabilities()``) instead of
-testing which store sits below them. Each SDK backend has one adapter; any other session
+Layers ask ``capabilities_of(session)`` (``memstack.backends.adapters``) instead of testing
+which store sits below them. Each SDK backend has one adapter; any other session
 gets ``GenericCapabilities``, which can count but refuses destructive work unless the
 caller accepts that it is not atomic.
 """
@@ -24,7 +24,7 @@ from memstack.history import stored_history
 if TYPE_CHECKING:
     from agents.memory import Session
 
-__all__ = ["GenericCapabilities", "Predicate", "StorageCapabilities", "capabilities_of"]
+__all__ = ["READ_ALL", "GenericCapabilities", "Predicate", "StorageCapabilities"]
 
 Item = dict[str, Any]
 T = TypeVar("T")
@@ -33,10 +33,6 @@ Predicate = Callable[[Item], bool]
 # An explicit limit larger than any history: ``get_items(None)`` would apply the
 # session's own ``session_settings.limit`` and silently return only part of it.
 READ_ALL = 2**31 - 1
-
-# Exact backend type -> adapter class; filled by the adapter modules as they import.
-_ADAPTERS: dict[type, type[StorageCapabilities]] = {}
-
 
 class StorageCapabilities(ABC):
     """Range and predicate operations on one session's stored items, oldest first."""
@@ -112,29 +108,6 @@ def kept_after_delete(
             return list(items[index:])
         kept.append(item)  # ``matches`` runs once per item: predicates may count or decode
     return kept
-
-
-def register_adapter(backend: type, adapter: type[StorageCapabilities]) -> None:
-    _ADAPTERS[backend] = adapter
-
-
-def capabilities_of(session: Session) -> StorageCapabilities:
-    """The capabilities adapter for ``session``.
-
-    Layers and memstack's own sessions answer through ``storage_capabilities()``. SDK
-    backends are matched by *exact* type: a subclass (AdvancedSQLiteSession, the SDK's
-    EncryptedSession) may keep extra state an adapter would bypass, so it gets the
-    generic adapter.
-    """
-    own = getattr(session, "storage_capabilities", None)
-    if callable(own):
-        caps = own()
-        assert isinstance(caps, StorageCapabilities)
-        return caps
-    from memstack.backends import adapters  # noqa: F401  (registers the SDK adapters)
-
-    adapter = _ADAPTERS.get(type(session))
-    return adapter(session) if adapter is not None else GenericCapabilities(session)
 
 
 class GenericCapabilities(StorageCapabilities):

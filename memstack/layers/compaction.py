@@ -59,7 +59,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from agents.memory import OpenAIConversationsSession
 from agents.memory.session_settings import resolve_session_limit
 
-from memstack.backends.capabilities import capabilities_of
+from memstack.backends.adapters import capabilities_of
 from memstack.base import SessionLayer
 from memstack.compaction.config import strategy_from_config, trigger_from_config
 from memstack.compaction.masking import Mask

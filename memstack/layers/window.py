@@ -47,7 +47,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from agents.memory.session_settings import resolve_session_limit
 
-from memstack.backends.capabilities import capabilities_of
+from memstack.backends.adapters import capabilities_of
 from memstack.base import SessionLayer
 from memstack.errors import CapabilityError, ConfigurationError
 from memstack.history import (
