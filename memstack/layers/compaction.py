@@ -43,7 +43,7 @@ changed since it was read is left alone. A failed summariser never produces a su
 ``"raise"`` raises ``SummarizerError`` from ``add_items`` (after the items are stored).
 ``compact()`` always raises.
 
-The SDK reads the session once per run; ``memstack.compaction.input_filter(stack)``
+The SDK reads the session once per run; ``memstack.input_filter(stack)``
 applies the same masking (and the stack's window) to every model call inside a run.
 """
 

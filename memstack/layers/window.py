@@ -477,7 +477,7 @@ class SlidingWindowSession(SessionLayer):
         """This window over a list of items (a model call's input inside one run).
 
         The same rule as ``get_items``, applied to ``items`` as a complete history; used
-        by ``memstack.compaction.input_filter``.
+        by ``memstack.input_filter``.
         """
         tail = _Tail(
             items,
