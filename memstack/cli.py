@@ -23,7 +23,7 @@ from agents.memory import Session
 
 from memstack import __version__
 from memstack.backends.capabilities import READ_ALL
-from memstack.base import SessionLayer, full_history_layer, iter_chain
+from memstack.base import SessionLayer, full_history_layer, iter_chain, limit_arg
 from memstack.errors import ConfigurationError, MemstackError
 from memstack.history import item_type, validate_items
 from memstack.progress import progress_bar
@@ -86,11 +86,11 @@ async def cmd_inspect(args: argparse.Namespace) -> int:
     try:
         rows = []
         for session in iter_chain(stack):
-            items = await session.get_items(READ_ALL)
+            items = await session.get_items(limit=READ_ALL)
             rows.append((_label(session), len(items), counter.count_items(items)))
         print(f"session {stack.session_id!r}: {stack!r}\n")
         print(_table(["layer (top → store)", "items", "tokens"], rows))
-        view = await stack.get_items(args.limit)
+        view = await stack.get_items(**limit_arg(args.limit))
         print(f"\nwhat the model is sent ({len(view)} items):")
         print(
             _table(
@@ -118,7 +118,7 @@ async def cmd_stats(args: argparse.Namespace) -> int:
     counter = TokenCounter(args.model)
     stack = _open(args)
     try:
-        history = await full_history_layer(stack).get_items(READ_ALL)
+        history = await full_history_layer(stack).get_items(limit=READ_ALL)
         view = await stack.get_items()
         caps = capabilities_of(list(iter_chain(stack))[-1])
         rows = [
@@ -188,7 +188,7 @@ async def cmd_rotate(args: argparse.Namespace) -> int:
 async def cmd_export(args: argparse.Namespace) -> int:
     stack = _open(args)
     try:
-        items = await full_history_layer(stack).get_items(READ_ALL)
+        items = await full_history_layer(stack).get_items(limit=READ_ALL)
         text = "".join(json.dumps(item, ensure_ascii=False) + "\n" for item in items)
         if args.output:
             await asyncio.to_thread(Path(args.output).write_text, text, encoding="utf-8")

@@ -153,7 +153,7 @@ class GenericCapabilities(StorageCapabilities):
         self.allow_non_atomic = allow_non_atomic
 
     async def count(self) -> int:
-        return len(await self.session.get_items(READ_ALL))
+        return len(await self.session.get_items(limit=READ_ALL))
 
     async def delete_oldest(self, n: int) -> int:
         items = await self._all_for_rewrite("delete_oldest")
@@ -189,7 +189,7 @@ class GenericCapabilities(StorageCapabilities):
                 "clear-and-re-add is possible, which can lose history if interrupted "
                 "(pass allow_non_atomic=True to accept that)"
             )
-        return [dict(item) for item in await self.session.get_items(READ_ALL)]
+        return [dict(item) for item in await self.session.get_items(limit=READ_ALL)]
 
     async def _rewrite(self, items: list[Item]) -> None:
         await self.session.clear_session()

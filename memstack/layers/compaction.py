@@ -357,7 +357,7 @@ class CompactionSession(SessionLayer):
         native = self._counts_natively()
         while True:
             with collecting_write_times() as times:
-                window: list[Item] = await self.inner.get_items(size, **self.forward(wrapper))  # type: ignore[assignment]
+                window: list[Item] = await self.inner.get_items(limit=size, **self.forward(wrapper))  # type: ignore[assignment]
             done = len(window) < size
             res = resolve(window, complete=done, trust_first=not native)
             if res is Need.SIZE:

@@ -385,7 +385,7 @@ class SlidingWindowSession(SessionLayer):
         floor = max(self.pinned_lookback, (self.budget.items or 0) + _READ_SLACK, _MIN_READ)
         size = max(floor, self._read_hint + self._read_hint // 4)
         while True:
-            items = await self.inner.get_items(size, **self.forward(wrapper))
+            items = await self.inner.get_items(limit=size, **self.forward(wrapper))
             complete = len(items) < size
             tail = _Tail(
                 items,
