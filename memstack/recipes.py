@@ -12,18 +12,17 @@ A recipe has a ``[backend]`` table (``url`` plus options for ``open_backend``) a
 ordered ``[[layers]]`` array, bottom to top; each entry's ``layer`` names the layer and
 every other key is an option. Secrets never live in the file: an option that holds one
 (``key``, ``password``, …) must be ``{ env = "NAME" }`` or
-``{ provider = "module:function", … }``; a literal value is refused. Durations may be
-written ``"30d"``, ``"12h"``, ``"15m"``, ``"90s"``.
+``{ provider = "module:function", … }``; a literal value is refused. Every duration option
+(any option typed ``Seconds``: ``ttl``, ``purge_every``, a strategy's ``timeout``, …) may
+be written ``"30d"``, ``"12h"``, ``"15m"``, ``"90s"``.
 """
 
 from __future__ import annotations
 
 import os
-import re
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import timedelta
 from importlib import import_module
 from pathlib import Path
 from typing import Any
@@ -31,6 +30,7 @@ from typing import Any
 from agents.memory import Session
 
 from memstack.backends import open_backend
+from memstack.durations import parse_duration
 from memstack.errors import ConfigurationError, RecipeError
 from memstack.stack import LAYERS, LayerSpec, build_stack, check_options, resolve_layer
 
@@ -39,8 +39,6 @@ __all__ = ["Recipe", "from_recipe", "load_recipe", "parse_duration"]
 SECRET_OPTIONS = frozenset(
     {"key", "keys", "keyring", "password", "secret", "api_key", "legacy_sdk_key"}
 )
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h|d|w)\s*$")
-_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 
 
 @dataclass(frozen=True)
@@ -101,18 +99,6 @@ def _where(index: int, layer: object) -> str:
     return f"layers[{index}] ({layer})"
 
 
-def parse_duration(text: str) -> timedelta:
-    """``"30d"``, ``"12h"``, ``"15m"``, ``"90s"`` or plain seconds."""
-    if match := _DURATION.match(text):
-        return timedelta(seconds=float(match[1]) * _UNITS[match[2]])
-    try:
-        return timedelta(seconds=float(text))
-    except ValueError:
-        raise ConfigurationError(
-            f"{text!r} is not a duration (write 30d, 12h, 15m, 90s or seconds)"
-        ) from None
-
-
 def _is_reference(value: Any) -> bool:
     return isinstance(value, Mapping) and bool(set(value) & {"env", "provider"})
 
@@ -124,7 +110,7 @@ def _shown(value: Any) -> str:
 
 
 def _check_value(value: Any, *, source: str, where: str, field: str) -> Any:
-    """Refuse inline secrets; turn duration strings into timedeltas; keep references."""
+    """Refuse inline secrets; keep references."""
     if _is_reference(value):
         if "env" in value and not isinstance(value["env"], str):
             raise RecipeError(f"{source}: {where}: field {field!r}: env must name a variable")
@@ -142,8 +128,6 @@ def _check_value(value: Any, *, source: str, where: str, field: str) -> Any:
         return {k: _check_value(v, source=source, where=where, field=k) for k, v in value.items()}
     if isinstance(value, list):
         return [_check_value(v, source=source, where=where, field=field) for v in value]
-    if isinstance(value, str) and _DURATION.match(value) and "ttl" in field:
-        return parse_duration(value)
     return value
 
 
