@@ -1,6 +1,6 @@
 """The ``memstack`` command line: recipes, sessions, maintenance, the demo.
 
-    $ memstack validate recipes/dev-sqlite.toml
+    $ memstack validate recipes/dev-sqlite.toml              # no secret needed
     $ memstack inspect recipes/dev-sqlite.toml --session user-42
     $ memstack export recipes/dev-sqlite.toml --session user-42 -o user-42.jsonl
 
@@ -72,9 +72,13 @@ async def cmd_validate(args: argparse.Namespace) -> int:
     from memstack.recipes import load_recipe
 
     recipe = load_recipe(args.recipe)
-    recipe.validate()
+    unresolved = recipe.validate(resolve=args.resolve)
     print(f"ok: {recipe.source}")
     print(f"stack (bottom → top): {recipe.describe()}")
+    if unresolved:
+        print("secrets checked for form only, not read (--resolve reads them):")
+        for reference in unresolved:
+            print(f"  {reference}")
     return EXIT_OK
 
 
@@ -285,6 +289,12 @@ def _parser() -> argparse.ArgumentParser:
 
     validate = add("validate", cmd_validate, "validate a recipe and show its stack", session=False)
     validate.add_argument("recipe", help="recipe file (TOML)")
+    validate.add_argument(
+        "--resolve",
+        action="store_true",
+        help="also read every secret reference (environment variables, key providers) "
+        "as building the stack would; by default none is needed",
+    )
     for name, handler, text in (
         ("inspect", cmd_inspect, "show a session's items and what each layer shows"),
         ("stats", cmd_stats, "counts and token totals of a session"),

@@ -55,9 +55,10 @@ class Recipe:
         return self.stack_over(self.open_store(session_id))
 
     def open_store(self, session_id: str) -> Session:
-        """Only the store, with no layer over it (and no secret resolved)."""
+        """Only the store, with no layer over it (and no layer's secret resolved)."""
+        options = self._backend_options(resolve=True)
         try:
-            return open_backend(self.url, session_id, **self.backend_options)
+            return open_backend(self.url, session_id, **options)
         except ConfigurationError as exc:
             raise RecipeError(f"{self.source}: [backend]: {exc}") from exc
 
@@ -67,23 +68,52 @@ class Recipe:
         Secret references are resolved here, not when the recipe is loaded, so a job that
         only needs the store (a key-free purge) runs without the secrets.
         """
+        return self._stack_over(session, resolve=True)
+
+    def validate(self, *, resolve: bool = False) -> list[str]:
+        """Construct every layer over an in-memory store: checks option values offline.
+
+        Secrets are not needed: each reference is checked for form (a provider must be
+        importable) and a generated stand-in takes its place, so CI can check a recipe
+        without production secrets. ``resolve=True`` reads them as ``build`` would.
+        Returns the references left unresolved, as ``"layers[1] (encrypted).key: env:X"``.
+        """
+        from memstack.testing.memory import InMemorySession
+
+        self._backend_options(resolve=resolve)
+        self._stack_over(InMemorySession("recipe-validation"), resolve=resolve)
+        if resolve:
+            return []
+        tables = [("[backend]", self.backend_options)]
+        tables += [(_where(i, spec.layer), spec.options) for i, spec in enumerate(self.layers)]
+        return [
+            f"{where}.{field}: {_shown(value)}"
+            for where, options in tables
+            for field, value in _references(options)
+        ]
+
+    def _backend_options(self, *, resolve: bool) -> dict[str, Any]:
+        return {
+            field: _resolve_secret(
+                value, source=self.source, where="[backend]", field=field, resolve=resolve
+            )
+            for field, value in self.backend_options.items()
+        }
+
+    def _stack_over(self, session: Session, *, resolve: bool) -> Session:
         for index, spec in enumerate(self.layers):
             where = _where(index, spec.layer)
             options = {
-                field: _resolve_secret(value, source=self.source, where=where, field=field)
+                field: _resolve_secret(
+                    value, source=self.source, where=where, field=field, resolve=resolve
+                )
                 for field, value in spec.options.items()
             }
             try:
                 session = build_stack(session, [LayerSpec(spec.layer, options)])
             except ConfigurationError as exc:
-                raise RecipeError(f"{self.source}: {_where(index, spec.layer)}: {exc}") from exc
+                raise RecipeError(f"{self.source}: {where}: {exc}") from exc
         return session
-
-    def validate(self) -> None:
-        """Construct every layer over an in-memory store: checks option values offline."""
-        from memstack.testing.memory import InMemorySession
-
-        self.stack_over(InMemorySession("recipe-validation"))
 
     def describe(self) -> str:
         """The chain bottom to top, as ``repr`` of a built stack would show it."""
@@ -131,18 +161,40 @@ def _check_value(value: Any, *, source: str, where: str, field: str) -> Any:
     return value
 
 
-def _resolve_secret(value: Any, *, source: str, where: str, field: str) -> Any:
-    """The value behind an ``{env=…}`` or ``{provider=…}`` reference, at any depth."""
+def _references(options: Mapping[str, Any]) -> list[tuple[str, Any]]:
+    """``(field, reference)`` for every secret reference in ``options``, at any depth."""
+    found: list[tuple[str, Any]] = []
+    for field, value in options.items():
+        if _is_reference(value):
+            found.append((field, value))
+        elif isinstance(value, Mapping):
+            found.extend(_references(value))
+        elif isinstance(value, list):
+            for entry in value:
+                found.extend(_references({field: entry}))
+    return found
+
+
+def _resolve_secret(
+    value: Any, *, source: str, where: str, field: str, resolve: bool = True
+) -> Any:
+    """The value behind an ``{env=…}`` or ``{provider=…}`` reference, at any depth.
+
+    With ``resolve=False`` a generated stand-in replaces it: nothing secret is read.
+    """
+    def inner(v: Any, field: str) -> Any:
+        return _resolve_secret(v, source=source, where=where, field=field, resolve=resolve)
+
     if isinstance(value, Mapping) and not _is_reference(value):
-        return {
-            k: _resolve_secret(v, source=source, where=where, field=k) for k, v in value.items()
-        }
+        return {k: inner(v, k) for k, v in value.items()}
     if isinstance(value, list):
-        return [_resolve_secret(v, source=source, where=where, field=field) for v in value]
+        return [inner(v, field) for v in value]
     if not _is_reference(value):
         return value
     if "env" in value:
         name = value["env"]
+        if not resolve:
+            return _stand_in(field)
         if name not in os.environ:
             raise RecipeError(
                 f"{source}: {where}: field {field!r} reads environment variable "
@@ -158,10 +210,21 @@ def _resolve_secret(value: Any, *, source: str, where: str, field: str) -> Any:
             f"{source}: {where}: field {field!r}: key provider {target!r} not found "
             '(write provider = "package.module:function")'
         ) from exc
+    if not resolve:
+        return _stand_in(field)
     try:
         return provider(**{k: v for k, v in value.items() if k != "provider"})
     except ConfigurationError as exc:
         raise RecipeError(f"{source}: {where}: field {field!r}: {exc}") from exc
+
+
+def _stand_in(field: str) -> Any:
+    """A fresh value of the right shape for a secret ``validate`` does not read."""
+    from memstack.crypto import Keyring, generate_key
+
+    if field == "keyring":
+        return Keyring({"validation": generate_key()}, active="validation")
+    return generate_key()  # a valid key, and a usable string for every other secret
 
 
 def load_recipe(recipe: str | Path | Mapping[str, Any], **overrides: Any) -> Recipe:
@@ -192,12 +255,7 @@ def load_recipe(recipe: str | Path | Mapping[str, Any], **overrides: Any) -> Rec
     if not isinstance(url, str) or not url:
         raise RecipeError(f"{source}: [backend]: field 'url' is required (a store URL)")
     backend_options = {
-        field: _resolve_secret(
-            _check_value(value, source=source, where="[backend]", field=field),
-            source=source,
-            where="[backend]",
-            field=field,
-        )
+        field: _check_value(value, source=source, where="[backend]", field=field)
         for field, value in backend.items()
     }
     raw_layers = data.get("layers") or []
