@@ -207,7 +207,7 @@ def test_validate_without_secrets_still_checks_everything_else():
 
     with pytest.raises(RecipeError, match="compress_min_bytes"):
         validate({"layer": "encrypted", "key": {"env": "X"}, "compress_min_bytes": -1})
-    with pytest.raises(RecipeError, match="key provider 'no.such:thing' not found"):
+    with pytest.raises(RecipeError, match=r"key provider 'no\.such:thing' not found"):
         validate({"layer": "encrypted", "keyring": {"provider": "no.such:thing"}})
     with pytest.raises(RecipeError, match="exactly one of key= or keyring="):
         validate({"layer": "encrypted", "key": {"env": "X"}, "keyring": {"env": "Y"}})
