@@ -266,6 +266,7 @@ async def cmd_bench(args: argparse.Namespace) -> int:
         model=args.model,
         prices=Path(args.prices) if args.prices else None,
         out=Path(args.out),
+        real_summaries=args.real_summaries,
     )
     return EXIT_OK
 
@@ -337,8 +338,9 @@ def _parser() -> argparse.ArgumentParser:
     tokens.add_argument(
         "--real-summaries",
         action="store_true",
-        help="summarise with the recipes' model (needs OPENAI_API_KEY; costs money); "
-        "default: the deterministic extractive summariser, labelled as such",
+        help="summarise with the recipes' model (needs OPENAI_API_KEY, and OPENAI_BASE_URL "
+        "for another OpenAI-compatible endpoint; costs money); default: the deterministic "
+        "extractive summariser, labelled as such",
     )
     for name in SCRIPT_BENCHMARKS:
         which.add_parser(name, help=f"run benchmarks/bench_{name}.py (its own options follow)")

@@ -76,3 +76,13 @@ def test_no_test_names_an_absolute_data_directory():
 def test_every_reader_exists(node: str):
     path, _, name = node.partition("::")
     assert f"def {name}(" in (ROOT / path).read_text()
+
+
+def test_default_transcripts_are_the_files_of_conversations_with_items(tmp_path, monkeypatch):
+    from memstack.bench import transcripts
+
+    (tmp_path / "chats.jsonl").write_text('{"id": "a", "items": []}\n')
+    (tmp_path / "locomo.jsonl").write_text('{"id": "l", "sessions": [], "qa": []}\n')
+    (tmp_path / "notes.txt").write_text("not data\n")
+    monkeypatch.setattr(transcripts, "DATA_DIR", tmp_path)
+    assert transcripts.default_transcripts() == [tmp_path / "chats.jsonl"]

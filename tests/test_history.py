@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from memstack.bench.transcripts import DATA_DIR
+from memstack.bench.transcripts import default_transcripts
 from memstack.errors import ItemValidationError
 from memstack.history import (
     CALL_TO_OUTPUT,
@@ -25,12 +25,10 @@ from memstack.history import (
 
 from .conftest import shared_data
 
-DATA = DATA_DIR  # MEMSTACK_DATA, default ../shared/data: the benchmarks' locator
-
 
 def load_conversations() -> list[dict[str, Any]]:
     conversations = []
-    for path in sorted(DATA.glob("*.jsonl")):
+    for path in default_transcripts():  # MEMSTACK_DATA, default ../shared/data
         with path.open() as lines:
             conversations.extend(json.loads(line) for line in lines)
     return conversations

@@ -85,8 +85,21 @@ DATA_DIR = Path(
 
 
 def default_transcripts() -> list[Path]:
-    """The ``*.jsonl`` transcripts in ``DATA_DIR``."""
-    return sorted(DATA_DIR.glob("*.jsonl"))
+    """The ``*.jsonl`` transcripts in ``DATA_DIR``: files of conversations with ``items``.
+
+    Other data sets kept there (LoCoMo's sessions and questions) have their own format.
+    """
+    return [path for path in sorted(DATA_DIR.glob("*.jsonl")) if _holds_items(path)]
+
+
+def _holds_items(path: Path) -> bool:
+    with path.open(encoding="utf-8") as lines:
+        first = lines.readline()
+    try:
+        record = json.loads(first)
+    except ValueError:
+        return False
+    return isinstance(record, dict) and isinstance(record.get("items"), list)
 
 
 def load_conversations(path: Path, *, limit: int | None = None) -> Iterator[Conversation]:
