@@ -244,19 +244,21 @@ async def cmd_demo(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 SCRIPT_BENCHMARKS = ("overhead", "scale", "load", "window", "encrypted", "ttl")
 
 
 async def cmd_bench(args: argparse.Namespace) -> int:
+    from memstack.bench.checkout import CHECKOUT_HINT, find_checkout
     from memstack.bench.tokens_bench import run_tokens_bench
 
     if args.bench != "tokens":
-        script = BENCHMARKS / f"bench_{args.bench}.py"
-        if not script.exists():
+        checkout = find_checkout()
+        if checkout is None:
             raise ConfigurationError(
-                f"{script} not found: the script benchmarks run from a checkout of the repository"
+                f"memstack bench {args.bench} runs benchmarks/bench_{args.bench}.py, which "
+                f"needs a checkout (its recipes and the shared data): {CHECKOUT_HINT}"
             )
+        script = checkout / "benchmarks" / f"bench_{args.bench}.py"
         process = await asyncio.create_subprocess_exec(sys.executable, str(script), *args.extra)
         return await process.wait()
 
@@ -343,7 +345,11 @@ def _parser() -> argparse.ArgumentParser:
         "extractive summariser, labelled as such",
     )
     for name in SCRIPT_BENCHMARKS:
-        which.add_parser(name, help=f"run benchmarks/bench_{name}.py (its own options follow)")
+        which.add_parser(  # --help too goes to the script, which lists its own options
+            name,
+            help=f"run benchmarks/bench_{name}.py from a checkout (its own options follow)",
+            add_help=False,
+        )
     return parser
 
 

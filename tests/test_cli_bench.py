@@ -8,7 +8,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from .conftest import shared_data
+import pytest
+
+from .conftest import IN_CI, shared_data
 from .fake_openai_server import CHAT, FakeOpenAI, Status
 
 
@@ -88,3 +90,78 @@ def test_a_failing_endpoint_fails_the_run_instead_of_skewing_it(tmp_path: Path):
         )
     assert result.returncode == 1
     assert "model not found" in result.stderr
+
+
+# -- after a non-editable install ----------------------------------------------------------
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """memstack installed from this checkout as a user gets it: a built wheel, not editable."""
+    target = tmp_path_factory.mktemp("site")
+    build = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--no-deps",
+            "--target",
+            str(target),
+            str(ROOT),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    if build.returncode != 0:
+        message = f"cannot build memstack's wheel: {build.stderr.strip()[-500:]}"
+        if IN_CI:
+            pytest.fail(message)
+        pytest.skip(message)
+    return target
+
+
+def run_installed(site: Path, *args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OPENAI_")}
+    # The installed copy comes first on the path, before this checkout's editable install.
+    env["PYTHONPATH"] = str(site)
+    return subprocess.run(
+        [sys.executable, *args], capture_output=True, text=True, cwd=cwd, env=env, timeout=600
+    )
+
+
+def test_the_installed_package_is_the_one_run(installed: Path, tmp_path: Path):
+    result = run_installed(
+        installed, "-c", "import memstack; print(memstack.__file__)", cwd=tmp_path
+    )
+    assert result.stdout.strip() == str(installed / "memstack" / "__init__.py")
+
+
+def test_script_benchmarks_outside_a_checkout_say_they_need_one(installed: Path, tmp_path: Path):
+    result = run_installed(installed, "-m", "memstack", "bench", "overhead", cwd=tmp_path)
+    assert result.returncode == 2
+    error = result.stderr.strip()
+    assert error.startswith("memstack: error: memstack bench overhead runs "), error
+    assert "needs a checkout" in error and "git clone" in error
+    assert "Traceback" not in result.stderr
+
+
+def test_script_benchmarks_run_inside_a_checkout_with_the_package_installed(installed: Path):
+    result = run_installed(installed, "-m", "memstack", "bench", "window", "--help", cwd=ROOT)
+    assert result.returncode == 0, result.stderr
+    assert "--skip-replay" in result.stdout  # the script's own help: the script ran
+
+
+def test_bench_tokens_works_installed_and_says_what_it_left_out(installed: Path, tmp_path: Path):
+    small = tmp_path / "two.jsonl"
+    lines = shared_data("airline_tau.jsonl").read_text(encoding="utf-8").splitlines(keepends=True)
+    small.write_text("".join(lines[:2]), encoding="utf-8")
+    result = run_installed(
+        installed, "-m", "memstack", "bench", "tokens", str(small), "--out", "out", cwd=tmp_path
+    )
+    assert result.returncode == 0, result.stderr
+    assert "the shipped recipes' stacks are left out" in result.stderr
+    assert "full history" in result.stdout and "8k trigger" in result.stdout

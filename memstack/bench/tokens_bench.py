@@ -9,11 +9,13 @@ from __future__ import annotations
 import copy
 import os
 import random
+import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from memstack.bench.checkout import find_checkout
 from memstack.bench.pricing import PRICES, load_prices
 from memstack.bench.replay import replay
 from memstack.bench.report import summary_rows, table, write_outputs
@@ -24,7 +26,6 @@ from memstack.progress import progress_bar
 
 __all__ = ["memstack_strategies", "run_tokens_bench"]
 
-RECIPES = Path(__file__).resolve().parents[2] / "recipes"
 QUICK_PER_FILE = 12
 
 
@@ -47,9 +48,12 @@ SMALL_BUDGET_SUMMARY: list[dict[str, Any]] = [
 ]
 
 
-def memstack_strategies(*, real_summaries: bool = False) -> list[StrategySpec]:
+def memstack_strategies(
+    recipes: Path | None, *, real_summaries: bool = False
+) -> list[StrategySpec]:
     """memstack stacks from the shipped recipes (their view-shaping layers), and one more.
 
+    ``recipes`` is a checkout's ``recipes/`` folder; without one only the extra stack runs.
     Summaries come from the deterministic extractive summariser, and the strategy name
     says so, unless ``real_summaries`` (then the recipe's model is called: it costs money).
     """
@@ -62,9 +66,9 @@ def memstack_strategies(*, real_summaries: bool = False) -> list[StrategySpec]:
         ("memstack masking-first (coding-agent)", "coding-agent.toml", {}),
         ("memstack production blueprint", "production.toml", {}),
     ]:
-        file = RECIPES / path
-        if not file.exists():
-            continue
+        if recipes is None:
+            break
+        file = recipes / path
         # Storage-side layers (TTL, encryption) change what is stored, not what is sent.
         layers = [
             dict(layer)
@@ -135,8 +139,15 @@ async def run_tokens_bench(
             "--real-summaries needs OPENAI_API_KEY (and OPENAI_BASE_URL for another "
             "OpenAI-compatible endpoint)"
         )
+    checkout = find_checkout()
+    if checkout is None:
+        print(
+            "note: the shipped recipes' stacks are left out: they are read from recipes/ in "
+            "a checkout of the memstack repository; run inside one to include them",
+            file=sys.stderr,
+        )
     strategies = [NAMED_BASELINES[name]() for name in baselines] + memstack_strategies(
-        real_summaries=real_summaries
+        checkout / "recipes" if checkout else None, real_summaries=real_summaries
     )
     counter = TokenCounter(model)
 
