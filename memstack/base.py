@@ -68,8 +68,8 @@ def _refuse_compaction_aware(inner: Session, layer: str) -> None:
         raise ConfigurationError(
             f"{type(inner).__name__} compacts only as the top session (the Runner calls its "
             "run_compaction there), so under a memstack layer its compaction would silently "
-            "stop; use CompactionSession(strategy=ResponsesCompact(...)) in the stack, or put "
-            "OpenAIResponsesCompactionSession on top with underlying_session=<the stack>",
+            "stop; wrap the store itself and compact with memstack's layer instead: "
+            "CompactionSession(store, strategy=ResponsesCompact(model=...))",
             layer=layer,
         )
 

@@ -168,10 +168,9 @@ def test_wrapping_the_sdks_compaction_session_is_refused(layer):
     assert "OpenAIResponsesCompactionSession" in str(refused.value)
 
 
-def test_the_sdks_compaction_session_may_sit_on_top_of_a_stack():
+def test_a_stack_does_not_claim_the_sdks_compaction_protocol():
+    # memstack compacts inside its own layer; the Runner must not call run_compaction on it.
     stack = build_stack(InMemorySession("c"), ALL_LAYERS)
-    sdk = OpenAIResponsesCompactionSession("c", underlying_session=stack)
-    assert is_openai_responses_compaction_aware_session(sdk)
     assert not is_openai_responses_compaction_aware_session(stack)
 
 
