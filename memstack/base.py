@@ -21,12 +21,15 @@ from __future__ import annotations
 import functools
 import inspect
 from collections.abc import Awaitable, Callable, Coroutine, Iterator
-from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
+from contextlib import contextmanager
+from contextvars import ContextVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar, cast
 
 from agents.memory import Session, SessionSettings, is_openai_responses_compaction_aware_session
 
 from memstack.backends.translate import store_errors
 from memstack.errors import ConfigurationError
+from memstack.history import valid_view, validate_items
 
 if TYPE_CHECKING:
     from agents.items import TResponseInputItem
@@ -34,7 +37,15 @@ if TYPE_CHECKING:
 
     from memstack.backends.capabilities import StorageCapabilities
 
-__all__ = ["SessionLayer", "describe", "find", "full_history_layer", "iter_chain", "limit_arg"]
+__all__ = [
+    "SessionLayer",
+    "describe",
+    "find",
+    "full_history_layer",
+    "iter_chain",
+    "limit_arg",
+    "stored_history",
+]
 
 T = TypeVar("T")
 
@@ -74,15 +85,37 @@ def _refuse_compaction_aware(inner: Session, layer: str) -> None:
         )
 
 
+# Set inside ``stored_history()``: reads return what is stored, unrepaired (export, audits).
+_as_stored: ContextVar[bool] = ContextVar("memstack_as_stored", default=False)
+
+
+@contextmanager
+def stored_history() -> Iterator[None]:
+    """Reads inside this block skip the top-of-stack repair: for export and inspection."""
+    token = _as_stored.set(True)
+    try:
+        yield
+    finally:
+        _as_stored.reset(token)
+
+
 def _translating(
     method: Callable[..., Coroutine[Any, Any, T]],
 ) -> Callable[..., Coroutine[Any, Any, T]]:
-    """Turn the store's own exceptions into ``BackendError`` naming this layer."""
+    """Turn the store's own exceptions into ``BackendError`` naming this layer; on top of
+    a stack, also refuse items stores cannot keep and views the API would reject."""
+    name = method.__name__
 
     @functools.wraps(method)
     async def call(self: SessionLayer, *args: Any, **kwargs: Any) -> T:
         with store_errors(self.inner, layer=type(self).__name__):
-            return await method(self, *args, **kwargs)
+            if name == "add_items" and self.on_top:
+                batch = args[0] if args else kwargs.get("items")
+                validate_items(batch, layer=type(self).__name__)
+            result = await method(self, *args, **kwargs)
+        if name == "get_items" and self.on_top and not _as_stored.get():
+            return cast(T, valid_view(cast("list[dict[str, Any]]", result)))
+        return result
 
     return call
 
@@ -114,6 +147,11 @@ class SessionLayer:
             )
         _refuse_compaction_aware(inner, type(self).__name__)
         self.inner = inner
+        # The top of a stack is the one place that validates what comes in and repairs
+        # what goes out, whatever the order of the layers below it.
+        self.on_top = True
+        if isinstance(inner, SessionLayer):
+            inner.on_top = False
         # Read once from the store: a stack has one session id, never passed twice.
         self.session_id: str = inner.session_id
         self._inner_takes_wrapper = _takes_wrapper(inner)

@@ -23,7 +23,7 @@ from agents.memory import Session
 
 from memstack import __version__
 from memstack.backends.capabilities import READ_ALL
-from memstack.base import SessionLayer, full_history_layer, iter_chain, limit_arg
+from memstack.base import SessionLayer, full_history_layer, iter_chain, limit_arg, stored_history
 from memstack.errors import ConfigurationError, MemstackError
 from memstack.history import item_type, validate_items
 from memstack.progress import progress_bar
@@ -192,7 +192,8 @@ async def cmd_rotate(args: argparse.Namespace) -> int:
 async def cmd_export(args: argparse.Namespace) -> int:
     stack = _open(args)
     try:
-        items = await full_history_layer(stack).get_items(limit=READ_ALL)
+        with stored_history():  # exactly what is stored, even a history the API would refuse
+            items = await full_history_layer(stack).get_items(limit=READ_ALL)
         text = "".join(json.dumps(item, ensure_ascii=False) + "\n" for item in items)
         if args.output:
             await asyncio.to_thread(Path(args.output).write_text, text, encoding="utf-8")

@@ -4,6 +4,7 @@ every conversation in ../shared/data."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -23,12 +24,12 @@ from memstack.history import (
     validate_items,
 )
 
-from .conftest import shared_data
+DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 
 
 def load_conversations() -> list[dict[str, Any]]:
     conversations = []
-    for path in default_transcripts():  # MEMSTACK_DATA, default ../shared/data
+    for path in default_transcripts():
         with path.open() as lines:
             conversations.extend(json.loads(line) for line in lines)
     return conversations
@@ -175,8 +176,12 @@ def test_problems_found():
     [
         ("not a list", "must be a list"),
         ([user("ok"), "text"], "item 1 must be a dict"),
-        ([{"role": "user", "content": object()}], "item 0 is not JSON-serialisable"),
-        ([{"role": "user", "content": float("nan")}], "item 0 is not JSON-serialisable"),
+        ([{"role": "user", "content": object()}], r"item 0 \(message\), field content: a object"),
+        ([{"role": "user", "content": float("nan")}], "field content: nan is not a JSON number"),
+        (
+            [user("ok"), {"role": "user", "content": [{"type": "input_text", "text": "\ud83d"}]}],
+            r"item 1 \(message\), field content\[0\]\.text: '\\ud83d' at 0 is a lone surrogate",
+        ),
     ],
 )
 def test_validate_items_names_the_problem(items, message):
@@ -188,7 +193,6 @@ CONVERSATIONS = load_conversations()
 
 
 def test_shared_transcripts_are_present():
-    shared_data("airline_tau.jsonl")  # skips, naming where it looked, when the data is absent
     assert len(CONVERSATIONS) >= 268
 
 

@@ -85,19 +85,20 @@ DATA_DIR = Path(
 
 
 def default_transcripts() -> list[Path]:
-    """The ``*.jsonl`` transcripts in ``DATA_DIR``: files of conversations with ``items``.
+    """The agent transcripts in ``DATA_DIR``: ``*.jsonl`` files of ``{"id", "items", …}``.
 
-    Other data sets kept there (LoCoMo's sessions and questions) have their own format.
+    The same folder holds data of other shapes (LoCoMo's memory conversations); a file is
+    a transcript when its first record has ``items``.
     """
-    return [path for path in sorted(DATA_DIR.glob("*.jsonl")) if _holds_items(path)]
+    return [path for path in sorted(DATA_DIR.glob("*.jsonl")) if _is_transcript(path)]
 
 
-def _holds_items(path: Path) -> bool:
+def _is_transcript(path: Path) -> bool:
     with path.open(encoding="utf-8") as lines:
         first = lines.readline()
     try:
         record = json.loads(first)
-    except ValueError:
+    except json.JSONDecodeError:
         return False
     return isinstance(record, dict) and isinstance(record.get("items"), list)
 

@@ -76,7 +76,6 @@ from memstack.errors import (
     ItemValidationError,
     SummarizerError,
 )
-from memstack.history import validate_items
 from memstack.tokens import ItemCounter, TokenCounter
 
 if TYPE_CHECKING:
@@ -206,7 +205,6 @@ class CompactionSession(SessionLayer):
     async def add_items(
         self, items: list[TResponseInputItem], *, wrapper: RunContextWrapper[Any] | None = None
     ) -> None:
-        validate_items(items, layer=type(self).__name__)
         if any(is_record(item) for item in items):
             raise ItemValidationError(
                 "items of type 'memstack.compaction' are written by this layer only",
