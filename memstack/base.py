@@ -21,15 +21,13 @@ from __future__ import annotations
 import functools
 import inspect
 from collections.abc import Awaitable, Callable, Coroutine, Iterator
-from contextlib import contextmanager
-from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar, cast
 
 from agents.memory import Session, SessionSettings, is_openai_responses_compaction_aware_session
 
 from memstack.backends.translate import store_errors
 from memstack.errors import ConfigurationError
-from memstack.history import valid_view, validate_items
+from memstack.history import reading_as_stored, stored_history, valid_view, validate_items
 
 if TYPE_CHECKING:
     from agents.items import TResponseInputItem
@@ -85,20 +83,6 @@ def _refuse_compaction_aware(inner: Session, layer: str) -> None:
         )
 
 
-# Set inside ``stored_history()``: reads return what is stored, unrepaired (export, audits).
-_as_stored: ContextVar[bool] = ContextVar("memstack_as_stored", default=False)
-
-
-@contextmanager
-def stored_history() -> Iterator[None]:
-    """Reads inside this block skip the top-of-stack repair: for export and inspection."""
-    token = _as_stored.set(True)
-    try:
-        yield
-    finally:
-        _as_stored.reset(token)
-
-
 def _translating(
     method: Callable[..., Coroutine[Any, Any, T]],
 ) -> Callable[..., Coroutine[Any, Any, T]]:
@@ -113,7 +97,7 @@ def _translating(
                 batch = args[0] if args else kwargs.get("items")
                 validate_items(batch, layer=type(self).__name__)
             result = await method(self, *args, **kwargs)
-        if name == "get_items" and self.on_top and not _as_stored.get():
+        if name == "get_items" and self.on_top and not reading_as_stored():
             return cast(T, valid_view(cast("list[dict[str, Any]]", result)))
         return result
 
@@ -211,7 +195,8 @@ class SessionLayer:
         transforms them falls back to the generic adapter over its own Session methods
         unless it provides a translating adapter.
         """
-        from memstack.backends.capabilities import GenericCapabilities, capabilities_of
+        from memstack.backends.adapters import capabilities_of
+        from memstack.backends.capabilities import GenericCapabilities
 
         if self.transforms_items:
             return GenericCapabilities(self)

@@ -23,11 +23,13 @@ import itertools
 import json
 import logging
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
-from memstack.errors import ItemValidationError
+from memstack.errors import ItemValidationError, StoredItemError
 
 __all__ = [
     "CALL_TO_OUTPUT",
@@ -39,6 +41,8 @@ __all__ = [
     "pair_key",
     "split_turns",
     "split_units",
+    "stored_history",
+    "stored_items",
     "valid_view",
     "validate_items",
 ]
@@ -204,6 +208,28 @@ def history_problems(items: Sequence[Item]) -> list[str]:
     return [reason for _, reason in _problems(items)]
 
 
+# Set inside ``stored_history()``: reads return what is stored, unrepaired.
+_as_stored: ContextVar[bool] = ContextVar("memstack_as_stored", default=False)
+
+
+@contextmanager
+def stored_history() -> Iterator[None]:
+    """Reads inside this block skip the top-of-stack repair (``valid_view``).
+
+    For export, inspection and capability adapters that rewrite what they read: they
+    must see what is stored, or a rewrite would delete what a view only leaves out.
+    """
+    token = _as_stored.set(True)
+    try:
+        yield
+    finally:
+        _as_stored.reset(token)
+
+
+def reading_as_stored() -> bool:
+    return _as_stored.get()
+
+
 def valid_view(items: Sequence[T]) -> list[T]:
     """``items`` without what would make the API reject them (see ``history_problems``).
 
@@ -241,6 +267,26 @@ def validate_items(items: object, *, layer: str | None = None) -> list[dict[str,
                 f"item {index} ({item_type(item)}), field {field}: {problem}", layer=layer
             ) from exc
     return items
+
+
+def stored_items(
+    values: Sequence[object], *, layer: str | None = None, session_id: str | None = None
+) -> list[dict[str, Any]]:
+    """``values`` read from a store, checked to be items (dicts) before a layer uses them.
+
+    Stores hand back whatever JSON they hold; a value written around memstack that is not
+    an item raises ``StoredItemError`` naming its position, instead of a bare crash later.
+    """
+    for index, value in enumerate(values):
+        if not isinstance(value, dict):
+            raise StoredItemError(
+                f"the stored value {len(values) - index} from the newest is a "
+                f"{type(value).__name__}, not an item; `memstack repair` shows and removes it",
+                position=len(values) - index,
+                layer=layer,
+                session_id=session_id,
+            )
+    return cast("list[dict[str, Any]]", values)
 
 
 def _first_bad_value(value: object, path: str = "") -> tuple[str, str]:

@@ -59,7 +59,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from agents.memory import OpenAIConversationsSession
 from agents.memory.session_settings import resolve_session_limit
 
-from memstack.backends.capabilities import capabilities_of
+from memstack.backends.adapters import capabilities_of
 from memstack.base import SessionLayer
 from memstack.compaction.config import strategy_from_config, trigger_from_config
 from memstack.compaction.masking import Mask
@@ -76,6 +76,7 @@ from memstack.errors import (
     ItemValidationError,
     SummarizerError,
 )
+from memstack.history import stored_items
 from memstack.tokens import ItemCounter, TokenCounter
 
 if TYPE_CHECKING:
@@ -355,7 +356,11 @@ class CompactionSession(SessionLayer):
         native = self._counts_natively()
         while True:
             with collecting_write_times() as times:
-                window: list[Item] = await self.inner.get_items(limit=size, **self.forward(wrapper))  # type: ignore[assignment]
+                window = stored_items(
+                    await self.inner.get_items(limit=size, **self.forward(wrapper)),
+                    layer=type(self).__name__,
+                    session_id=self.session_id,
+                )
             done = len(window) < size
             res = resolve(window, complete=done, trust_first=not native)
             if res is Need.SIZE:

@@ -39,11 +39,11 @@ from typing import TYPE_CHECKING, Any, Literal, cast
 
 from agents.memory import Session
 
+from memstack.backends.adapters import capabilities_of
 from memstack.backends.capabilities import (
     Item,
     Predicate,
     StorageCapabilities,
-    capabilities_of,
     check_replacement,
 )
 from memstack.backends.translate import store_errors

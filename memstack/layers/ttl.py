@@ -43,11 +43,11 @@ from typing import TYPE_CHECKING, Any, cast
 from agents.memory import Session
 from agents.memory.session_settings import resolve_session_limit
 
+from memstack.backends.adapters import capabilities_of
 from memstack.backends.capabilities import (
     READ_ALL,
     Predicate,
     StorageCapabilities,
-    capabilities_of,
 )
 from memstack.base import SessionLayer
 from memstack.context import current_write_time, report_write_times

@@ -47,10 +47,17 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from agents.memory.session_settings import resolve_session_limit
 
-from memstack.backends.capabilities import capabilities_of
+from memstack.backends.adapters import capabilities_of
 from memstack.base import SessionLayer
 from memstack.errors import CapabilityError, ConfigurationError
-from memstack.history import cut_points, is_output, is_pinned, is_user_message, pair_key
+from memstack.history import (
+    cut_points,
+    is_output,
+    is_pinned,
+    is_user_message,
+    pair_key,
+    stored_items,
+)
 from memstack.tokens import ItemCounter, TokenCounter, item_digest
 
 if TYPE_CHECKING:
@@ -444,7 +451,11 @@ class SlidingWindowSession(SessionLayer):
         floor = max(self.pinned_lookback, (self.budget.items or 0) + _READ_SLACK, _MIN_READ)
         size = max(floor, self._read_hint + self._read_hint // 4)
         while True:
-            items = await self.inner.get_items(limit=size, **self.forward(wrapper))
+            items = stored_items(
+                await self.inner.get_items(limit=size, **self.forward(wrapper)),
+                layer=type(self).__name__,
+                session_id=self.session_id,
+            )
             complete = len(items) < size
             tail = _Tail(
                 items,

@@ -148,7 +148,7 @@ def check_view(items: Sequence[Item], view: Sequence[Item], options: Options) ->
         assert view == []
         return 0
     found = starts_of(items, view, options)
-    _starts, newest = candidates(items, options.align)
+    _, newest = candidates(items, options.align)
     inside = inside_starts(items, newest)
     if found[0] > newest:
         # Inside the newest turn only when that turn as a whole is over budget (with
