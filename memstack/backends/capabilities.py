@@ -128,7 +128,7 @@ class GenericCapabilities(StorageCapabilities):
 
     async def count(self) -> int:
         with stored_history():
-            return len(await self.session.get_items(READ_ALL))
+            return len(await self.session.get_items(limit=READ_ALL))
 
     async def delete_oldest(self, n: int) -> int:
         items = await self._all_for_rewrite("delete_oldest")
@@ -165,7 +165,7 @@ class GenericCapabilities(StorageCapabilities):
                 "(pass allow_non_atomic=True to accept that)"
             )
         with stored_history():  # a rewrite must keep what a view would leave out
-            return [dict(item) for item in await self.session.get_items(READ_ALL)]
+            return [dict(item) for item in await self.session.get_items(limit=READ_ALL)]
 
     async def _rewrite(self, items: list[Item]) -> None:
         await self.session.clear_session()

@@ -372,7 +372,7 @@ class CompactionSession(SessionLayer):
         while True:
             with collecting_write_times() as times:
                 window = stored_items(
-                    await self.inner.get_items(size, **self.forward(wrapper)),
+                    await self.inner.get_items(limit=size, **self.forward(wrapper)),
                     layer=type(self).__name__,
                     session_id=self.session_id,
                 )

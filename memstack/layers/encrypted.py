@@ -47,7 +47,7 @@ from memstack.backends.capabilities import (
     check_replacement,
 )
 from memstack.backends.translate import store_errors
-from memstack.base import SessionLayer
+from memstack.base import SessionLayer, limit_arg
 from memstack.context import collecting_write_times, report_write_times, written_at
 from memstack.crypto.envelope import SessionCipher, is_envelope
 from memstack.crypto.keys import KeyProvider, Keyring
@@ -159,10 +159,10 @@ class EncryptedSession(SessionLayer):
         self, limit: int | None = None, *, wrapper: RunContextWrapper[Any] | None = None
     ) -> list[TResponseInputItem]:
         if self.unreadable == "raise":
-            stored = await self.inner.get_items(limit, **self.forward(wrapper))
+            stored = await self.inner.get_items(**limit_arg(limit), **self.forward(wrapper))
             return cast("list[TResponseInputItem]", [self.open(value) for value in stored])
         with collecting_write_times() as times:
-            stored = await self.inner.get_items(limit, **self.forward(wrapper))
+            stored = await self.inner.get_items(**limit_arg(limit), **self.forward(wrapper))
         items: list[Any] = []
         kept: list[float | None] = []
         for index, value in enumerate(stored):
@@ -211,7 +211,7 @@ class EncryptedSession(SessionLayer):
         """Every envelope as the layer below holds it, oldest first (no session limit)."""
         caps = caps or capabilities_of(self.inner)
         count = await caps.count()
-        return [dict(value) for value in await self.inner.get_items(count)]
+        return [dict(value) for value in await self.inner.get_items(limit=count)]
 
     async def rotate(self, *, allow_non_atomic: bool = False, max_attempts: int = 5) -> int:
         """Re-encrypt every stored item not yet under the active key; return how many.
@@ -268,7 +268,7 @@ class EncryptedSession(SessionLayer):
     async def _rotate_by_refill(self) -> int:
         """Rotation on a store without atomic rewrites: re-encrypt in memory, clear, refill."""
         # An explicit limit, so a session limit in session_settings cannot cut the read.
-        stored = [dict(value) for value in await self.inner.get_items(_EVERYTHING)]
+        stored = [dict(value) for value in await self.inner.get_items(limit=_EVERYTHING)]
         stale = sum(not self._cipher.is_current(value) for value in stored)
         if not stale:
             return 0

@@ -230,7 +230,7 @@ class TTLSession(SessionLayer):
         now = self.clock()
         size = want + 1 if want is not None else self._hint
         while True:
-            stored = list(await self.inner.get_items(size, **forward))
+            stored = list(await self.inner.get_items(limit=size, **forward))
             snapshot = self._resolve(stored, now, whole=len(stored) < size)
             if snapshot.complete:
                 if want is None:
@@ -262,7 +262,7 @@ class TTLSession(SessionLayer):
 
     async def _snapshot(self) -> Snapshot:
         """The whole stored history, for rewrites that must name what they replace."""
-        stored = list(await self.inner.get_items(READ_ALL))
+        stored = list(await self.inner.get_items(limit=READ_ALL))
         return self._resolve(stored, self.clock(), whole=True)
 
     # -- the Session protocol -----------------------------------------------------------------
@@ -283,9 +283,10 @@ class TTLSession(SessionLayer):
     async def add_items(
         self, items: list[TResponseInputItem], *, wrapper: RunContextWrapper[Any] | None = None
     ) -> None:
-        if not items:
-            return
         forward = self.forward(wrapper)
+        if not items:  # still the store's call: a closed or broken store says so
+            await self.inner.add_items([], **forward)
+            return
         now = self.clock()
         # A layer above may say these items derive from older ones (a summary): they then
         # expire with those. Their write time stays now: the write is activity all the same.
@@ -334,7 +335,7 @@ class TTLSession(SessionLayer):
         """The stored tail a new batch may continue: the newest record and any open unit."""
         size = _CONTEXT
         while True:
-            tail = [self._read(v) for v in await self.inner.get_items(size, **forward)]
+            tail = [self._read(v) for v in await self.inner.get_items(limit=size, **forward)]
             if len(tail) < size or _shows_open_unit([s.item for s in tail], items):
                 return tail
             size *= _GROWTH
@@ -374,7 +375,7 @@ class TTLSession(SessionLayer):
 
     async def _expired_now(self) -> Predicate | None:
         """A test for stored records that are dead now; None when nothing is stored."""
-        newest = await self.inner.get_items(1)
+        newest = await self.inner.get_items(limit=1)
         if not newest:
             return None
         stamp, now = self._read(newest[-1]), self.clock()

@@ -452,7 +452,7 @@ class SlidingWindowSession(SessionLayer):
         size = max(floor, self._read_hint + self._read_hint // 4)
         while True:
             items = stored_items(
-                await self.inner.get_items(size, **self.forward(wrapper)),
+                await self.inner.get_items(limit=size, **self.forward(wrapper)),
                 layer=type(self).__name__,
                 session_id=self.session_id,
             )
