@@ -88,8 +88,12 @@ def test_threads_with_their_own_loops_share_one_stack(tmp_path: Path, db: str) -
         run_in_threads(work)
         history = raw_history(stack)
         contents = [item["content"] for item in history]
-        expected = {f"{kind} {n}-{i}" for kind in ("question", "answer")
-                    for n in range(THREADS) for i in range(ROUNDS)}
+        expected = {
+            f"{kind} {n}-{i}"
+            for kind in ("question", "answer")
+            for n in range(THREADS)
+            for i in range(ROUNDS)
+        }
         assert sorted(contents) == sorted(expected)  # nothing lost, nothing twice
         for index in range(0, len(contents), 2):  # each batch stayed whole
             assert contents[index + 1] == contents[index].replace("question", "answer")
