@@ -18,6 +18,7 @@ from agents import Agent, RunConfig, Runner
 from agents.memory import Session, SQLiteSession
 
 from memstack import LayerSpec, build_stack
+from memstack.backends import open_backend
 from memstack.base import full_history_layer
 from memstack.compaction import ExtractiveSummarizer, Items, Mask, Summarize
 from memstack.compaction.records import is_record
@@ -50,6 +51,14 @@ def shared_stack(store: Session) -> Session:
     )
 
 
+def close(store: Any) -> None:
+    engine = getattr(store, "engine", None)
+    if engine is not None:
+        asyncio.run(engine.dispose())
+    else:
+        store.close()
+
+
 def raw_history(stack: Session) -> list[Any]:
     """Every item the threads wrote, as stored below the views (records left out)."""
     below = full_history_layer(stack)
@@ -68,10 +77,17 @@ def run_in_threads(work: Any) -> None:
             future.result(timeout=120)
 
 
-@pytest.mark.parametrize("db", ["file", "memory"])
-def test_threads_with_their_own_loops_share_one_stack(tmp_path: Path, db: str) -> None:
+def open_store(db: str, tmp_path: Path) -> Session:
+    """The stores whose drivers serve several event loops (README: "Threads")."""
+    if db == "sqlalchemy-sqlite":
+        return open_backend(f"sqlite+aiosqlite:///{tmp_path / 'sa.db'}", "shared")
     path = ":memory:" if db == "memory" else str(tmp_path / "threads.db")
-    store = SQLiteSession("shared", db_path=path)
+    return SQLiteSession("shared", db_path=path)
+
+
+@pytest.mark.parametrize("db", ["file", "memory", "sqlalchemy-sqlite"])
+def test_threads_with_their_own_loops_share_one_stack(tmp_path: Path, db: str) -> None:
+    store = open_store(db, tmp_path)
     stack = shared_stack(store)
 
     def work(n: int) -> None:
@@ -99,7 +115,7 @@ def test_threads_with_their_own_loops_share_one_stack(tmp_path: Path, db: str) -
             assert contents[index + 1] == contents[index].replace("question", "answer")
         assert any(is_record(v) for v in asyncio.run(full_history_layer(stack).get_items(10**6)))
     finally:
-        store.close()
+        close(store)
 
 
 def test_runner_run_sync_in_worker_threads_over_one_stack(tmp_path: Path) -> None:
@@ -121,4 +137,4 @@ def test_runner_run_sync_in_worker_threads_over_one_stack(tmp_path: Path) -> Non
         assert users == sorted(f"hello {n}-{i}" for n in range(THREADS) for i in range(3))
         assert len(history) == 2 * THREADS * 3
     finally:
-        store.close()
+        close(store)
