@@ -27,7 +27,8 @@ leave such items out (and log a warning) instead; nothing is ever deleted for th
 ``rotate()`` re-encrypts stored history under the active key in one ``replace_oldest``
 transaction, retried when the history changed meanwhile; afterwards older keys can be
 dropped. ``migrate()`` is the same operation, for bringing SDK envelopes (with
-``legacy_sdk_key``) or plaintext (with ``allow_plaintext=True``) into this format.
+``legacy_sdk_key``) or plaintext (with ``allow_plaintext=True``) into this format;
+``adopt()`` seals plaintext history written before the layer, without that option.
 """
 
 from __future__ import annotations

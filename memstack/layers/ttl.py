@@ -20,6 +20,10 @@ the start of a history, whole units at a time, and never punches holes. Reads an
 write (at most every ``purge_every`` seconds, or when a read saw expired records),
 through the store's capability adapter.
 
+An item stored without a stamp (history written before the layer, or around it) is not
+expired but dated on first sight, by the store's own write time where it keeps one
+(``adopt``, ``ttl_adoption``).
+
 Derived items (a summary written inside ``memstack.context.written_at``) expire with
 their oldest source and hide nothing else. Reads report each item's stamp to layers
 above through ``memstack.context``.
