@@ -17,7 +17,7 @@ from memstack.adoption import adopt_stack
 from memstack.compaction import ExtractiveSummarizer, Items, Summarize
 from memstack.crypto import generate_key
 from memstack.crypto.envelope import is_envelope
-from memstack.errors import CapabilityError, DecryptionError
+from memstack.errors import CapabilityError, ConfigurationError, DecryptionError
 from memstack.layers import CompactionSession, EncryptedSession, SlidingWindowSession, TTLSession
 from memstack.layers.ttl_record import MARKER
 from memstack.testing import FakeClock
@@ -89,6 +89,8 @@ async def test_ttl_counts_unstamped_items_from_the_stores_own_write_time(store: 
 async def test_ttl_adopt_is_explicit_and_idempotent(store: Store) -> None:
     _, bare = await existing(store)
     ttl = TTLSession(bare, ttl=HOUR, clock=FakeClock())
+    with pytest.raises(ConfigurationError, match="max_attempts must be an int >= 1"):
+        await ttl.adopt(max_attempts=0)
     assert await ttl.adopt() == 4
     assert await ttl.adopt() == 0
     assert await ttl.get_items() == BEFORE

@@ -301,6 +301,12 @@ class TTLSession(SessionLayer):
         refused unless ``allow_non_atomic=True`` (clear and refill).
         """
         name = type(self).__name__
+        if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1:
+            raise ConfigurationError(
+                f"max_attempts must be an int >= 1, got {max_attempts!r}",
+                layer=name,
+                session_id=self.session_id,
+            )
         caps = capabilities_of(self.inner)
         if not caps.atomic:
             if not allow_non_atomic:
