@@ -354,7 +354,7 @@ class TTLSession(SessionLayer):
             self._through = scan.hidden
         live = scan.view(limit)
         # Layers above that derive data (summaries) learn when their sources expire.
-        report_write_times([stamp.anchor for stamp in live])
+        report_write_times([_known_time(stamp) for stamp in live])
         return cast("list[TResponseInputItem]", [stamp.item for stamp in live])
 
     async def add_items(
@@ -405,7 +405,7 @@ class TTLSession(SessionLayer):
             # The newest record was dead, hence not shown; it is deleted now, which
             # retention allows. Anything shown lies below it.
             return await self.pop_item(wrapper=wrapper) if stamp.derived else None
-        report_write_times([stamp.anchor])
+        report_write_times([_known_time(stamp)])
         return cast("TResponseInputItem", stamp.item)
 
     async def _context(self, items: Sequence[Any], forward: dict[str, Any]) -> list[Stamp]:
@@ -526,6 +526,11 @@ def _anchors(tail: Sequence[Stamp], items: Sequence[Any], origin: float) -> list
             begun = [tail[i].anchor for i in range(span.start, join) if tail[i].stamped]
             anchors += [min([origin, *begun])] * (span.stop - max(span.start, join))
     return anchors
+
+
+def _known_time(stamp: Stamp) -> float | None:
+    """When the item's unit began, for layers above; None for an item not yet dated."""
+    return stamp.anchor if stamp.stamped else None
 
 
 def _at_most(limit: int, predicate: Predicate) -> Predicate:
