@@ -153,8 +153,9 @@ class EncryptedSession(SessionLayer):
         if self.allow_plaintext and isinstance(stored, dict):
             return stored
         raise self._cipher.error(
-            "found a plaintext item where an encrypted envelope belongs (pass "
-            "allow_plaintext=True to read such items, and migrate() to encrypt them)"
+            "found a plaintext item where an encrypted envelope belongs (history written "
+            "before encryption? seal it with adopt() or `memstack adopt`; or pass "
+            "allow_plaintext=True to read such items)"
         )
 
     async def get_items(
