@@ -219,6 +219,33 @@ async def cmd_rotate(args: argparse.Namespace) -> int:
     )
 
 
+async def cmd_adopt(args: argparse.Namespace) -> int:
+    """Bring the recipe's layers onto history written before them: one session, or all."""
+    from memstack.adoption import adopt_stack
+    from memstack.backends.sessions import session_ids
+    from memstack.recipes import load_recipe
+
+    recipe = load_recipe(args.recipe, **({"url": args.url} if args.url else {}))
+    if args.all:
+        probe = recipe.open_store("memstack-adopt")  # any id: the listing covers the store
+        try:
+            ids = await session_ids(probe)
+        finally:
+            await _close(probe)
+    else:
+        ids = [args.session]
+    for session_id in ids:
+        stack = recipe.build(session_id)
+        try:
+            counts = await adopt_stack(stack, allow_non_atomic=args.allow_non_atomic)
+        finally:
+            await _close(stack)
+        done = ", ".join(f"{layer} {count}" for layer, count in counts.items())
+        print(f"session {session_id!r}: items adopted by {done or 'no layer (views need none)'}")
+    print(f"adopted {len(ids)} session(s)")
+    return EXIT_OK
+
+
 async def cmd_export(args: argparse.Namespace) -> int:
     stack = _open(args)
     try:
@@ -347,6 +374,25 @@ def _parser() -> argparse.ArgumentParser:
         "no key needed; SQL stores only",
     )
     add("rotate", cmd_rotate, "re-encrypt a session under the active key (Encrypted layer)")
+    adopt = add(
+        "adopt",
+        cmd_adopt,
+        "bring history written before the layers into their format (TTL dates it, "
+        "encryption seals it)",
+        session=False,
+    )
+    adopt.add_argument("recipe", help="recipe file (TOML)")
+    which_sessions = adopt.add_mutually_exclusive_group(required=True)
+    which_sessions.add_argument("--session", help="session id")
+    which_sessions.add_argument(
+        "--all", action="store_true", help="every session of the store (SQL stores, Redis)"
+    )
+    adopt.add_argument("--url", help="store URL, overriding the recipe's")
+    adopt.add_argument(
+        "--allow-non-atomic",
+        action="store_true",
+        help="on a store without atomic rewrites, clear and refill each session",
+    )
     export = add("export", cmd_export, "write a session's full history as JSON Lines")
     export.add_argument("-o", "--output", help="file to write (default: standard output)")
     imp = add("import", cmd_import, "add items from a JSON Lines file to a session")

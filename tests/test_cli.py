@@ -89,6 +89,8 @@ def test_help_lists_every_command():
         "import",
         "demo",
         "bench",
+        "adopt",
+        "repair",
     ):
         assert command in result.stdout
 

@@ -73,6 +73,14 @@ class StorageCapabilities(ABC):
         makes time-ordered expiry cost only what it deletes.
         """
 
+    async def write_ages(self, n: int) -> list[float] | None:
+        """How long ago the store itself wrote each of the ``n`` oldest items, in seconds.
+
+        Measured by the store's own write-time column and clock, oldest first; None when
+        the store keeps no per-item write time. Lets a layer date items written before it.
+        """
+        return None
+
     async def delete_written_before(self, older_than: float, *, batch_size: int = 500) -> int:
         """Delete items the store itself recorded as written over ``older_than`` seconds ago.
 

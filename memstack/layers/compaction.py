@@ -49,13 +49,13 @@ applies the same masking (and the stack's window) to every model call inside a r
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import warnings
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from typing import TYPE_CHECKING, Any, Literal
 
+import aiologic
 from agents.memory import OpenAIConversationsSession
 from agents.memory.session_settings import resolve_session_limit
 
@@ -186,8 +186,10 @@ class CompactionSession(SessionLayer):
         self.mode: Literal["append", "rewrite"] = mode
         self.on_error: Literal["warn", "raise"] = on_error
         self.counter: ItemCounter = counter if counter is not None else TokenCounter(model)
-        self._lock = asyncio.Lock()  # one compaction at a time
-        self._write_lock = asyncio.Lock()  # this process's writes vs. placing a record
+        # Thread-safe and bound to no event loop: the SDK lets threads, each with its own
+        # loop (Runner.run_sync in workers), share one session, so a stack must allow it.
+        self._lock = aiologic.Lock()  # one compaction at a time
+        self._write_lock = aiologic.Lock()  # this process's writes vs. placing a record
         # How many stored entries the last read needed; only sizes the next first read.
         self._read_hint = _FIRST_READ
         # The trigger's measure as of the last full check, plus this process's writes.

@@ -20,6 +20,10 @@ the start of a history, whole units at a time, and never punches holes. Reads an
 write (at most every ``purge_every`` seconds, or when a read saw expired records),
 through the store's capability adapter.
 
+An item stored without a stamp (history written before the layer, or around it) is not
+expired but dated on first sight, by the store's own write time where it keeps one
+(``adopt``, ``ttl_adoption``).
+
 Derived items (a summary written inside ``memstack.context.written_at``) expire with
 their oldest source and hide nothing else. Reads report each item's stamp to layers
 above through ``memstack.context``.
@@ -46,6 +50,7 @@ from agents.memory.session_settings import resolve_session_limit
 from memstack.backends.adapters import capabilities_of
 from memstack.backends.capabilities import (
     READ_ALL,
+    GenericCapabilities,
     Predicate,
     StorageCapabilities,
 )
@@ -53,6 +58,7 @@ from memstack.base import SessionLayer
 from memstack.context import current_write_time, report_write_times
 from memstack.errors import BackendError, CapabilityError, ConfigurationError
 from memstack.history import cut_points, is_output, pair_key, split_units
+from memstack.layers.ttl_adoption import adopted_records, through_last_unstamped, unstamped
 from memstack.layers.ttl_record import Stamp, UnknownRecord, read_record, write_record
 
 if TYPE_CHECKING:
@@ -166,15 +172,19 @@ class TTLSession(SessionLayer):
         self._can_purge = True  # False once the store turned out to be skip-only
         self._hint = _FIRST_READ  # records the next unbounded read starts with
         self._counts_cheaply: bool | None = None  # the generic adapter counts by reading all
+        self._adopting = True  # False once the store turned out unable to date items in place
 
     # -- what is live -----------------------------------------------------------------------
     def _idle(self, newest: Stamp, now: float) -> bool:
-        return self.idle_ttl is not None and newest.written + self.idle_ttl <= now
+        return (
+            newest.stamped and self.idle_ttl is not None and newest.written + self.idle_ttl <= now
+        )
 
     def _dead(self, stamp: Stamp, generation: int, now: float) -> bool:
-        return (
-            not stamp.stamped
-            or stamp.generation < generation
+        # An unstamped item is live: it is dated on first sight (``adopt``); only where
+        # the store cannot be rewritten does it stay unstamped, and then it never expires.
+        return stamp.stamped and (
+            stamp.generation < generation
             or (self.ttl is not None and stamp.anchor + self.ttl <= now)
         )
 
@@ -230,7 +240,7 @@ class TTLSession(SessionLayer):
         now = self.clock()
         size = want + 1 if want is not None else self._hint
         while True:
-            stored = list(await self.inner.get_items(limit=size, **forward))
+            stored = await self._tail(size, forward)
             snapshot = self._resolve(stored, now, whole=len(stored) < size)
             if snapshot.complete:
                 if want is None:
@@ -262,8 +272,75 @@ class TTLSession(SessionLayer):
 
     async def _snapshot(self) -> Snapshot:
         """The whole stored history, for rewrites that must name what they replace."""
-        stored = list(await self.inner.get_items(limit=READ_ALL))
+        stored = await self._tail(READ_ALL, {})
         return self._resolve(stored, self.clock(), whole=True)
+
+    async def _tail(self, size: int, forward: dict[str, Any]) -> list[Any]:
+        """The newest ``size`` stored values, after dating any unstamped one among them."""
+        stored = list(await self.inner.get_items(limit=size, **forward))
+        if self._adopting and any(unstamped(value) for value in stored):
+            await self._adopt_on_sight()
+            stored = list(await self.inner.get_items(limit=size, **forward))
+        return stored
+
+    async def _adopt_on_sight(self) -> None:
+        try:
+            await self.adopt()
+        except CapabilityError as exc:
+            if not capabilities_of(self.inner).atomic:
+                self._adopting = False  # skip-only store: unstamped items stay, live
+            logger.info("unstamped items stay undated for now: %s", exc)
+
+    async def adopt(self, *, allow_non_atomic: bool = False, max_attempts: int = 5) -> int:
+        """Date every unstamped item (written before this layer, or around it); return how many.
+
+        Runs by itself the first time a read or write meets such an item. An item is
+        dated by the store's own write time where the store keeps one (SQL stores), else
+        by now, its first sight. One ``replace_oldest(…, expect=…)`` transaction, read
+        again when the history changed meanwhile. A store without atomic rewrites is
+        refused unless ``allow_non_atomic=True`` (clear and refill).
+        """
+        name = type(self).__name__
+        if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1:
+            raise ConfigurationError(
+                f"max_attempts must be an int >= 1, got {max_attempts!r}",
+                layer=name,
+                session_id=self.session_id,
+            )
+        caps = capabilities_of(self.inner)
+        if not caps.atomic:
+            if not allow_non_atomic:
+                raise CapabilityError(
+                    f"{caps!r} cannot rewrite history atomically, so unstamped items stay "
+                    "undated and never expire; pass allow_non_atomic=True to clear and "
+                    "refill the session with them dated",
+                    layer=name,
+                    session_id=self.session_id,
+                )
+            caps = GenericCapabilities(self.inner, allow_non_atomic=True)
+        for _ in range(max_attempts):
+            stored: list[Any] = list(await self.inner.get_items(limit=READ_ALL))
+            n = through_last_unstamped(stored)
+            if n == 0:
+                return 0
+            try:
+                ages = await caps.write_ages(n)
+            except CapabilityError:
+                ages = None  # the store's dialect has no age: count from first sight
+            records, count = adopted_records(stored[:n], ages=ages, now=self.clock())
+            if await caps.replace_oldest(n, records, expect=stored[:n]):
+                logger.info(
+                    "dated %d unstamped items of session %r (%s)",
+                    count,
+                    self.session_id,
+                    "store write times" if ages is not None else "first seen now",
+                )
+                return count
+        raise CapabilityError(
+            f"history changed during each of {max_attempts} adoption attempts; retry later",
+            layer=name,
+            session_id=self.session_id,
+        )
 
     # -- the Session protocol -----------------------------------------------------------------
     async def get_items(
@@ -277,7 +354,7 @@ class TTLSession(SessionLayer):
             self._through = scan.hidden
         live = scan.view(limit)
         # Layers above that derive data (summaries) learn when their sources expire.
-        report_write_times([stamp.anchor for stamp in live])
+        report_write_times([_known_time(stamp) for stamp in live])
         return cast("list[TResponseInputItem]", [stamp.item for stamp in live])
 
     async def add_items(
@@ -328,14 +405,14 @@ class TTLSession(SessionLayer):
             # The newest record was dead, hence not shown; it is deleted now, which
             # retention allows. Anything shown lies below it.
             return await self.pop_item(wrapper=wrapper) if stamp.derived else None
-        report_write_times([stamp.anchor])
+        report_write_times([_known_time(stamp)])
         return cast("TResponseInputItem", stamp.item)
 
     async def _context(self, items: Sequence[Any], forward: dict[str, Any]) -> list[Stamp]:
         """The stored tail a new batch may continue: the newest record and any open unit."""
         size = _CONTEXT
         while True:
-            tail = [self._read(v) for v in await self.inner.get_items(limit=size, **forward)]
+            tail = [self._read(v) for v in await self._tail(size, forward)]
             if len(tail) < size or _shows_open_unit([s.item for s in tail], items):
                 return tail
             size *= _GROWTH
@@ -369,7 +446,8 @@ class TTLSession(SessionLayer):
             except UnknownRecord:
                 return False  # never delete what this code cannot read
             # Idle: everything up to the newest generation. New writes start the next one.
-            return (idle and stamp.generation <= generation) or self._dead(stamp, generation, now)
+            idled = idle and stamp.stamped and stamp.generation <= generation
+            return idled or self._dead(stamp, generation, now)
 
         return expired
 
@@ -445,9 +523,14 @@ def _anchors(tail: Sequence[Stamp], items: Sequence[Any], origin: float) -> list
     anchors: list[float] = []
     for span in split_units([*(stamp.item for stamp in tail), *items]):
         if span.stop > join:
-            begun = [tail[i].anchor for i in range(span.start, join)]
+            begun = [tail[i].anchor for i in range(span.start, join) if tail[i].stamped]
             anchors += [min([origin, *begun])] * (span.stop - max(span.start, join))
     return anchors
+
+
+def _known_time(stamp: Stamp) -> float | None:
+    """When the item's unit began, for layers above; None for an item not yet dated."""
+    return stamp.anchor if stamp.stamped else None
 
 
 def _at_most(limit: int, predicate: Predicate) -> Predicate:
@@ -486,7 +569,8 @@ def _doomed(last: Any, expired: Predicate, *, prefix: bool) -> Predicate:
             if value == last:
                 passed = True
                 return True
-            return expired(value) or (boundary is not None and stamp.written < boundary)
+            older = stamp.stamped and boundary is not None and stamp.written < boundary
+            return expired(value) or older
         return expired(value) and (prefix or stamp.derived)
 
     return doomed
