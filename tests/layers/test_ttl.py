@@ -681,7 +681,7 @@ async def test_pop_item_skips_an_expired_summary_on_top() -> None:
 
 async def test_purge_never_takes_a_later_record_when_its_marker_vanished() -> None:
     """A purge told to delete through a record another purger already deleted."""
-    from memstack.layers.ttl import _doomed
+    from memstack.layers.ttl_policy import doomed as _doomed
     from memstack.layers.ttl_record import write_record
 
     dead = write_record(user("dead"), written=100.0)
