@@ -15,7 +15,7 @@ from typing import Any
 
 from memstack.bench.pricing import PRICES, load_prices
 from memstack.bench.replay import replay
-from memstack.bench.report import summary_rows, table, write_outputs
+from memstack.bench.report import sources, summary_rows, table, write_outputs
 from memstack.bench.strategies import NAMED_BASELINES, StrategySpec, recipe_strategy
 from memstack.bench.transcripts import Conversation, default_transcripts, load_conversations
 from memstack.errors import ConfigurationError
@@ -141,7 +141,10 @@ async def run_tokens_bench(
     if bar is not None:
         bar.close()
     rows = summary_rows(results)
-    print(table(rows))
+    by_source = {s: summary_rows([r.only(s) for r in results]) for s in sources(results)}
+    for source, source_rows in by_source.items():
+        print(f"\n{source}\n{table(source_rows)}")
+    print(f"\nall sets\n{table(rows)}")
     meta = {
         "model": model,
         "price": vars(table_prices[model]),
@@ -150,7 +153,7 @@ async def run_tokens_bench(
         "quick": quick,
         "seconds": round(time.perf_counter() - started, 1),
     }
-    written = write_outputs(results, rows, out, meta=meta)
+    written = write_outputs(results, rows, out, meta=meta, by_source=by_source)
     print(
         f"\n{len(conversations)} conversations, {meta['seconds']} s; wrote "
         + ", ".join(str(p) for p in written)

@@ -85,8 +85,20 @@ DATA_DIR = Path(
 
 
 def default_transcripts() -> list[Path]:
-    """The ``*.jsonl`` transcripts in ``DATA_DIR``."""
-    return sorted(DATA_DIR.glob("*.jsonl"))
+    """The agent transcripts (``*.jsonl`` whose lines carry ``items``) in ``DATA_DIR``.
+
+    Other JSONL files there (LoCoMo's sessions and questions) have another format.
+    """
+    return sorted(path for path in DATA_DIR.glob("*.jsonl") if _is_transcript(path))
+
+
+def _is_transcript(path: Path) -> bool:
+    with path.open(encoding="utf-8") as lines:
+        first = lines.readline()
+    try:
+        return isinstance(json.loads(first).get("items"), list)
+    except (ValueError, AttributeError):
+        return False
 
 
 def load_conversations(path: Path, *, limit: int | None = None) -> Iterator[Conversation]:
