@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from memstack.bench.needed import item_text, needs_per_call, produced_text, recall_counts
@@ -15,7 +16,7 @@ def call(call_id: str, command: str) -> Item:
         "type": "function_call",
         "call_id": call_id,
         "name": "bash",
-        "arguments": '{"command": "%s"}' % command,
+        "arguments": json.dumps({"command": command}),
     }
 
 
