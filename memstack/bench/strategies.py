@@ -183,7 +183,7 @@ class _ObservationMasking(_ListStrategy):
 
 def _omitted_lines(output: object) -> str:
     text = output if isinstance(output, str) else json.dumps(output)
-    return f"Old environment output: ({text.count(chr(10)) + 1} lines omitted)"
+    return f"Old environment output: ({len(text.splitlines())} lines omitted)"
 
 
 def jetbrains_observation_masking(turns: int = 10) -> StrategySpec:
