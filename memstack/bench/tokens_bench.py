@@ -51,11 +51,10 @@ def memstack_strategies(*, real_summaries: bool = False) -> list[StrategySpec]:
     import tomllib
 
     specs = []
-    for name, path, window in [
-        ("memstack window (customer-support)", "customer-support.toml", {"low_watermark": None}),
-        ("memstack window + hysteresis (customer-support)", "customer-support.toml", {}),
-        ("memstack masking-first (coding-agent)", "coding-agent.toml", {}),
-        ("memstack production blueprint", "production.toml", {}),
+    for name, path in [
+        ("memstack customer-support.toml", "customer-support.toml"),
+        ("memstack coding-agent.toml", "coding-agent.toml"),
+        ("memstack production.toml", "production.toml"),
     ]:
         file = RECIPES / path
         if not file.exists():
@@ -66,11 +65,6 @@ def memstack_strategies(*, real_summaries: bool = False) -> list[StrategySpec]:
             for layer in tomllib.loads(file.read_text(encoding="utf-8")).get("layers", [])
             if layer.get("layer") in ("compaction", "window")
         ]
-        for layer in layers:
-            if layer["layer"] == "window":
-                layer.update(window)
-                if layer.get("low_watermark") is None:
-                    layer.pop("low_watermark", None)
         specs.append(_stack(name, layers, real_summaries=real_summaries))
     specs.append(
         _stack("memstack mask + summary, 8k trigger", SMALL_BUDGET_SUMMARY, real_summaries=False)
@@ -79,17 +73,24 @@ def memstack_strategies(*, real_summaries: bool = False) -> list[StrategySpec]:
 
 
 def _stack(name: str, layers: list[dict[str, Any]], *, real_summaries: bool) -> StrategySpec:
-    offline = False
+    """A stack of ``layers``; model-written summaries become extractive ones unless real."""
+    stand_in = False
     for layer in layers:
         steps = layer.get("strategy", []) if layer["layer"] == "compaction" else []
         for index, step in enumerate(steps):
-            if "summarize" not in step:
+            if "summarize" not in step or _is_extractive(step["summarize"]["summarizer"]):
                 continue
             if not real_summaries:
                 steps[index] = {"summarize": {**step["summarize"], "summarizer": EXTRACTIVE}}
-            offline = offline or steps[index]["summarize"]["summarizer"] == EXTRACTIVE
-    label = f"{name} [extractive summaries]" if offline else name
+                stand_in = True
+    label = f"{name} [extractive stand-in summaries]" if stand_in else name
     return recipe_strategy(label, {"backend": {"url": "memory://"}, "layers": layers})
+
+
+def _is_extractive(summarizer: object) -> bool:
+    return summarizer == "extractive" or (
+        isinstance(summarizer, dict) and list(summarizer) == ["extractive"]
+    )
 
 
 def _sample(conversations: list[Conversation], count: int, seed: int = 7) -> list[Conversation]:
