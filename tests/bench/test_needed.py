@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
+import pytest
+
+from memstack.bench import transcripts
 from memstack.bench.needed import item_text, needs_per_call, produced_text, recall_counts
 from memstack.bench.transcripts import model_calls
 
@@ -88,3 +92,12 @@ def test_item_text_decodes_arguments_and_skips_ids() -> None:
 def test_produced_text_is_the_agents_words_and_arguments_only() -> None:
     produced = produced_text([HISTORY[1], HISTORY[2], HISTORY[3]])
     assert produced == "Let me find it.\ngrep -rn read_config src"
+
+
+def test_default_transcripts_are_the_agent_transcripts_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "agent.jsonl").write_text(json.dumps({"id": "a", "items": []}) + "\n")
+    (tmp_path / "locomo.jsonl").write_text(json.dumps({"id": "l", "sessions": []}) + "\n")
+    monkeypatch.setattr(transcripts, "DATA_DIR", tmp_path)
+    assert [p.name for p in transcripts.default_transcripts()] == ["agent.jsonl"]
