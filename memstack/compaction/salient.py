@@ -31,6 +31,7 @@ the token is in the text and not glued to a longer word on either side (``100`` 
 
 from __future__ import annotations
 
+import functools
 import re
 
 __all__ = ["occurs", "salient_tokens"]
@@ -53,10 +54,12 @@ _ALNUM = re.compile(r"[A-Za-z0-9]")
 def _code_like(word: str) -> bool:
     if len(word) < 3:
         return False
-    if "_" in word.strip("_") or word.startswith("_"):
-        return any(c.isalpha() for c in word)
-    has_digit = any(c.isdigit() for c in word)
-    return has_digit or bool(_CAMEL.search(word)) or (word.isupper() and word.isalpha())
+    if "_" in word:
+        rest = word.replace("_", "")
+        return bool(rest) and not rest.isdigit()  # a letter somewhere
+    if word.isalpha():
+        return word.isupper() or bool(_CAMEL.search(word))
+    return True  # letters and digits
 
 
 def _accept(kind: str, text: str) -> str | None:
@@ -72,6 +75,12 @@ def _accept(kind: str, text: str) -> str | None:
 
 def salient_tokens(text: str) -> list[str]:
     """The salient tokens of ``text``, each once, in order of first appearance."""
+    return list(_salient(text))
+
+
+@functools.lru_cache(maxsize=4096)
+def _salient(text: str) -> tuple[str, ...]:
+    # Cached: masking asks again for every old output at every model call.
     found: dict[str, None] = {}
     spans: list[tuple[int, str]] = []
     for match in _QUOTED.finditer(text):
@@ -86,7 +95,7 @@ def salient_tokens(text: str) -> list[str]:
             spans.append((match.start(), token))
     for _, token in sorted(spans, key=lambda span: span[0]):
         found.setdefault(token, None)
-    return list(found)
+    return tuple(found)
 
 
 def occurs(token: str, text: str) -> bool:
