@@ -17,9 +17,9 @@ changing the policy. Only the output of a call/output pair changes, so the pair 
 valid. The placeholder is a function of the call and its own output only, so masking is
 idempotent and a masked output reads the same at every later call.
 
-Cache-aware masking: with ``step=N`` the set of masked outputs changes once every N new
-tool outputs, not at every call, so the prompt prefix stays byte-stable (and billed at
-the cached rate) in between; ``keep_names`` copies the output's salient tokens (paths,
+Cache-aware masking: with ``step=N`` the set of masked outputs changes about once every
+N new tool outputs (at outputs picked by a hash of their call id), not at every call, so
+the prompt prefix stays byte-stable (and billed at the cached rate) in between; ``keep_names`` copies the output's salient tokens (paths,
 code names, numbers: ``memstack.compaction.salient``) into the placeholder, so the agent
 can act on what the output showed without running the tool again:
 
@@ -38,6 +38,7 @@ Names in it: src/io_1.py 120'
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from collections.abc import Collection, Mapping, Sequence
@@ -100,7 +101,7 @@ class Mask:
     exclude_tools: Collection[str] = frozenset()
     #: Longest argument value copied into a placeholder.
     max_arg_chars: int = 120
-    #: Mask in steps: the masked outputs change once per ``step`` new outputs (cache-aware).
+    #: Mask in steps: the masked outputs change about once per ``step`` new outputs.
     step: int = 1
     #: Characters of the output's salient tokens appended to its placeholder (0: none).
     keep_names: int = 0
@@ -159,7 +160,7 @@ class Mask:
         boundary = self._protected_from(items, outputs)
         older = [index for index in outputs if index < boundary]
         result = list(items)
-        for index in older[: len(older) // self.step * self.step]:
+        for index in older[: self._stepped(items, older)]:
             item = items[index]
             key = pair_key(item)
             call = calls.get(key) if key is not None else None
@@ -168,6 +169,24 @@ class Mask:
                 if masked is not None:
                     result[index] = masked
         return result
+
+    def _stepped(self, items: Sequence[Item], older: list[int]) -> int:
+        """How many of the ``older`` outputs to mask: up to the newest step boundary.
+
+        A boundary is an output whose call id hashes to 0 modulo ``step`` (one output in
+        ``step`` on average): chosen by content, not by position, so a view that starts
+        later (after a summary) or a process that reads the history anew masks exactly
+        the same outputs, and the masked set only ever grows at a boundary.
+        """
+        if self.step == 1:
+            return len(older)
+        for position in range(len(older) - 1, -1, -1):
+            key = pair_key(items[older[position]])
+            ident = key[1] if key is not None else ""
+            digest = hashlib.blake2b(ident.encode(), digest_size=8).digest()
+            if int.from_bytes(digest, "big") % self.step == 0:
+                return position + 1
+        return 0
 
     def _protected_from(self, items: Sequence[Item], outputs: list[int]) -> int:
         """Index from which every output is protected."""
