@@ -19,9 +19,10 @@ idempotent and a masked output reads the same at every later call.
 
 Cache-aware masking: with ``step=N`` the set of masked outputs changes about once every
 N new tool outputs (at outputs picked by a hash of their call id), not at every call, so
-the prompt prefix stays byte-stable (and billed at the cached rate) in between; ``keep_names`` copies the output's salient tokens (paths,
-code names, numbers: ``memstack.compaction.salient``) into the placeholder, so the agent
-can act on what the output showed without running the tool again:
+the prompt prefix stays byte-stable (and billed at the cached rate) in between;
+``keep_names`` copies the output's salient tokens (paths, code names, numbers:
+``memstack.compaction.salient``) into the placeholder, so the agent can act on what the
+output showed without running the tool again:
 
     >>> def grep(n):
     ...     return [{"type": "function_call", "call_id": f"g{n}", "name": "grep",
