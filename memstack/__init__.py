@@ -26,6 +26,7 @@ from memstack.errors import (
     ItemValidationError,
     MemstackError,
     RecipeError,
+    StoredItemError,
     SummarizerError,
     VocabularyError,
 )
@@ -60,6 +61,7 @@ __all__ = [
     "SessionLayer",
     "SlidingWindowSession",
     "StorageCapabilities",
+    "StoredItemError",
     "SummarizerError",
     "TTLSession",
     "TokenCounter",

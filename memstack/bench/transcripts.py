@@ -85,20 +85,22 @@ DATA_DIR = Path(
 
 
 def default_transcripts() -> list[Path]:
-    """The agent transcripts (``*.jsonl`` whose lines carry ``items``) in ``DATA_DIR``.
+    """The agent transcripts in ``DATA_DIR``: ``*.jsonl`` files of ``{"id", "items", …}``.
 
-    Other JSONL files there (LoCoMo's sessions and questions) have another format.
+    The same folder holds data of other shapes (LoCoMo's memory conversations); a file is
+    a transcript when its first record has ``items``.
     """
-    return sorted(path for path in DATA_DIR.glob("*.jsonl") if _is_transcript(path))
+    return [path for path in sorted(DATA_DIR.glob("*.jsonl")) if _is_transcript(path)]
 
 
 def _is_transcript(path: Path) -> bool:
     with path.open(encoding="utf-8") as lines:
         first = lines.readline()
     try:
-        return isinstance(json.loads(first).get("items"), list)
-    except (ValueError, AttributeError):
+        record = json.loads(first)
+    except json.JSONDecodeError:
         return False
+    return isinstance(record, dict) and isinstance(record.get("items"), list)
 
 
 def load_conversations(path: Path, *, limit: int | None = None) -> Iterator[Conversation]:
