@@ -248,6 +248,10 @@ def test_bench_tokens_on_a_small_file(tmp_path: Path):
     assert summary["meta"]["conversations"] == 2
     memstack_rows = [row for row in summary["strategies"] if row["kind"] == "memstack"]
     assert memstack_rows and all(row["invalid_views"] == 0 for row in memstack_rows)
+    assert all(0 <= row["needed_context_recall"] <= 1 for row in summary["strategies"])
+    full = next(row for row in summary["strategies"] if row["strategy"] == "full history")
+    assert full["needed_context_recall"] == 1.0 and full["needed_tokens"] > 0
+    assert list(summary["by_source"]) == ["two"]
     assert (tmp_path / "out" / "calls.csv").exists()
 
 

@@ -25,6 +25,7 @@ CONTRACT_OVERRIDES: dict[str, dict[str, Any]] = {
     "ephemeral-redis": {"window": {"max_items": 1000}},
     "customer-support": {"window": {"max_tokens": 200_000}},
     "dev-sqlite": {"window": {"max_tokens": 200_000}},
+    "coding-agent": {"compaction": {"trigger": {"tokens": 10_000_000, "target": 5_000_000}}},
 }
 
 

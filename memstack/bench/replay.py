@@ -5,7 +5,9 @@
 Before each model call of a transcript the input is: system prompt + tool schemas + the
 strategy's view of history. Input tokens are split into cached and fresh by the longest
 common prefix with the previous call's input (item by item, as prompts are built), under
-OpenAI's cache rule; output tokens are the items the call produced.
+OpenAI's cache rule; output tokens are the items the call produced. Needed-context recall
+(``memstack.bench.needed``) is counted for every call. Token counts and each conversation's
+needs are computed once and shared by every strategy.
 """
 
 from __future__ import annotations
@@ -15,12 +17,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from memstack.bench.needed import Need, needs_per_call, recall_counts
 from memstack.bench.pricing import Price, cached_tokens
 from memstack.bench.quality import Retention
 from memstack.bench.strategies import StrategySpec
-from memstack.bench.transcripts import Conversation, model_calls
+from memstack.bench.transcripts import Conversation, ModelCall, model_calls
 
-__all__ = ["CallRecord", "Counter", "StrategyResult", "replay"]
+__all__ = ["CallRecord", "Counter", "StrategyResult", "TokenLedger", "prepare", "replay"]
 
 Item = dict[str, Any]
 
@@ -34,6 +37,7 @@ class Counter(Protocol):
 @dataclass(frozen=True)
 class CallRecord:
     strategy: str
+    source: str
     conversation: str
     call: int
     input_tokens: int
@@ -41,6 +45,8 @@ class CallRecord:
     output_tokens: int
     cost: float
     valid: bool
+    needed: int  # salient tokens the call used from earlier history
+    needed_kept: int  # of them, still in this strategy's view
 
 
 @dataclass
@@ -48,8 +54,9 @@ class StrategyResult:
     name: str
     kind: str
     calls: list[CallRecord] = field(default_factory=list)
-    fact_retention: list[float] = field(default_factory=list)
-    tool_retention: list[float] = field(default_factory=list)
+    #: (source, score) per scored call; see ``memstack.bench.quality``.
+    fact_retention: list[tuple[str, float]] = field(default_factory=list)
+    tool_retention: list[tuple[str, float]] = field(default_factory=list)
 
     @property
     def invalid(self) -> int:
@@ -57,6 +64,70 @@ class StrategyResult:
 
     def total(self, attribute: str) -> float:
         return float(sum(getattr(call, attribute) for call in self.calls))
+
+    def only(self, source: str) -> StrategyResult:
+        """The same result restricted to one transcript set."""
+        return StrategyResult(
+            self.name,
+            self.kind,
+            [call for call in self.calls if call.source == source],
+            [score for score in self.fact_retention if score[0] == source],
+            [score for score in self.tool_retention if score[0] == source],
+        )
+
+
+class TokenLedger:
+    """Token counts by item content, shared by every strategy of a run.
+
+    Strategies mostly send the same items; each distinct item is tokenised once, keyed
+    by the canonical JSON the replay computes anyway for the cache prefix.
+    """
+
+    def __init__(self, counter: Counter) -> None:
+        self.counter = counter
+        self.counts: dict[str, int] = {}
+
+    def tokens(self, keys: Sequence[str], items: Sequence[Item]) -> list[int]:
+        counts = self.counts
+        result = []
+        for key, item in zip(keys, items, strict=True):
+            count = counts.get(key)
+            if count is None:
+                count = counts[key] = self.counter.count_items([item])
+            result.append(count)
+        return result
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """What every strategy shares for one conversation: heads, calls, needs, item keys."""
+
+    conversation: Conversation
+    calls: list[ModelCall]
+    needs: list[list[Need]]
+    head_tokens: int
+    index_of: dict[str, int]  # canonical JSON of a history item -> its index
+
+
+def prepare(conversation: Conversation, ledger: TokenLedger) -> Prepared:
+    history = conversation.history
+    calls = model_calls(history)
+    visible = "\n".join([conversation.system_prompt, json.dumps(conversation.tools)])
+    head = ledger.counter.count_tools(conversation.tools)
+    if conversation.system_prompt:
+        head += ledger.counter.count_items(
+            [{"role": "system", "content": conversation.system_prompt}]
+        )
+    index_of: dict[str, int] = {}
+    for index, key in enumerate(_keys(history)):
+        index_of.setdefault(key, index)
+    return Prepared(
+        conversation,
+        calls,
+        needs_per_call(history, calls, always_visible=visible),
+        head,
+        index_of,
+    )
 
 
 def _keys(items: Sequence[Item]) -> list[str]:
@@ -73,18 +144,17 @@ def _common_prefix(a: list[str], b: list[str]) -> int:
 
 
 async def replay_one(
-    conversation: Conversation, spec: StrategySpec, counter: Counter, price: Price
+    prepared: Prepared, spec: StrategySpec, ledger: TokenLedger, price: Price
 ) -> tuple[list[CallRecord], Retention]:
+    conversation = prepared.conversation
     strategy = spec.make(conversation.id)
     history = conversation.history
-    head = counter.count_tools(conversation.tools)
-    if conversation.system_prompt:
-        head += counter.count_items([{"role": "system", "content": conversation.system_prompt}])
+    head = prepared.head_tokens
     retention = Retention()
     records: list[CallRecord] = []
     previous: list[str] = []
     position = 0
-    for number, call in enumerate(model_calls(history)):
+    for number, call in enumerate(prepared.calls):
         new = history[position : call.start]
         await strategy.add(new)
         retention.observe(new)
@@ -92,23 +162,29 @@ async def replay_one(
         invalid_before = retention.invalid_views
         retention.score(view)
         keys = _keys(view)
+        counts = ledger.tokens(keys, view)
         shared = _common_prefix(previous, keys)
-        view_tokens = counter.count_items(view)
-        input_tokens = head + view_tokens
-        prefix_tokens = head + (counter.count_items(view[:shared]) if shared else 0)
+        input_tokens = head + sum(counts)
+        prefix_tokens = head + sum(counts[:shared])
         cached = cached_tokens(min(prefix_tokens, input_tokens)) if previous else 0
         output = history[call.start : call.stop]
-        output_tokens = counter.count_items(output)
+        output_tokens = ledger.tokens(_keys(output), output)
+        needed, kept = recall_counts(
+            prepared.needs[number], view, originals=[prepared.index_of.get(k) for k in keys]
+        )
         records.append(
             CallRecord(
                 spec.name,
+                conversation.source,
                 conversation.id,
                 number,
                 input_tokens,
                 cached,
-                output_tokens,
-                price.cost(input_tokens - cached, cached, output_tokens),
+                sum(output_tokens),
+                price.cost(input_tokens - cached, cached, sum(output_tokens)),
                 retention.invalid_views == invalid_before,
+                needed,
+                kept,
             )
         )
         await strategy.add(output)
@@ -127,12 +203,15 @@ async def replay(
 ) -> list[StrategyResult]:
     """Every strategy over every conversation, side by side in one run."""
     results = [StrategyResult(spec.name, spec.kind) for spec in strategies]
+    ledger = TokenLedger(counter)
     for conversation in conversations:
+        prepared = prepare(conversation, ledger)
         for spec, result in zip(strategies, results, strict=True):
-            records, retention = await replay_one(conversation, spec, counter, price)
+            records, retention = await replay_one(prepared, spec, ledger, price)
             result.calls.extend(records)
-            result.fact_retention.extend(retention.fact_scores)
-            result.tool_retention.extend(retention.output_scores)
+            source = conversation.source
+            result.fact_retention.extend((source, s) for s in retention.fact_scores)
+            result.tool_retention.extend((source, s) for s in retention.output_scores)
         if progress is not None:
             progress(1)
     return results

@@ -13,7 +13,7 @@ from typing import Any
 from memstack.bench.quality import Retention
 from memstack.bench.replay import StrategyResult
 
-__all__ = ["summary_rows", "table", "write_outputs"]
+__all__ = ["sources", "summary_rows", "table", "write_outputs"]
 
 HEADERS = [
     "strategy",
@@ -23,9 +23,15 @@ HEADERS = [
     "cost $",
     "vs full",
     "invalid",
+    "needed recall",
     "facts kept",
     "tool results kept",
 ]
+
+
+def sources(results: Sequence[StrategyResult]) -> list[str]:
+    """The transcript sets in a run, in order of first appearance."""
+    return list(dict.fromkeys(call.source for call in results[0].calls)) if results else []
 
 
 def summary_rows(results: Sequence[StrategyResult]) -> list[dict[str, Any]]:
@@ -34,6 +40,7 @@ def summary_rows(results: Sequence[StrategyResult]) -> list[dict[str, Any]]:
     rows = []
     for result in results:
         inputs = result.total("input_tokens")
+        needed = result.total("needed")
         rows.append(
             {
                 "strategy": result.name,
@@ -46,8 +53,10 @@ def summary_rows(results: Sequence[StrategyResult]) -> list[dict[str, Any]]:
                 "cost_usd": result.total("cost"),
                 "cost_vs_full": result.total("cost") / base_cost,
                 "invalid_views": result.invalid,
-                "fact_retention": Retention.mean(result.fact_retention),
-                "tool_retention": Retention.mean(result.tool_retention),
+                "needed_context_recall": result.total("needed_kept") / needed if needed else 1.0,
+                "needed_tokens": int(needed),
+                "fact_retention": Retention.mean([s for _, s in result.fact_retention]),
+                "tool_retention": Retention.mean([s for _, s in result.tool_retention]),
             }
         )
     return rows
@@ -63,6 +72,7 @@ def table(rows: Sequence[dict[str, Any]]) -> str:
             f"{row['cost_usd']:.2f}",
             f"{row['cost_vs_full'] * 100:.0f}%",
             str(row["invalid_views"]),
+            f"{row['needed_context_recall'] * 100:.1f}%",
             f"{row['fact_retention'] * 100:.0f}%",
             f"{row['tool_retention'] * 100:.0f}%",
         ]
@@ -86,6 +96,7 @@ def write_outputs(
     out: Path,
     *,
     meta: dict[str, Any],
+    by_source: dict[str, list[dict[str, Any]]] | None = None,
 ) -> list[Path]:
     """``calls.csv`` (one row per call), ``summary.json``, and PNG plots if matplotlib is there."""
     out.mkdir(parents=True, exist_ok=True)
@@ -95,8 +106,11 @@ def write_outputs(
         writer.writeheader()
         for result in results:
             writer.writerows(asdict(call) for call in result.calls)
-    written[1].write_text(json.dumps({"meta": meta, "strategies": list(rows)}, indent=2))
+    summary = {"meta": meta, "strategies": list(rows), "by_source": by_source or {}}
+    written[1].write_text(json.dumps(summary, indent=2))
     written.extend(_plots(results, out))
+    if by_source:
+        written.extend(_scatter(by_source, out))
     return written
 
 
@@ -146,3 +160,34 @@ def _plots(results: Sequence[StrategyResult], out: Path) -> list[Path]:
     figure.savefig(paths[-1], dpi=110)
     plt.close(figure)
     return paths
+
+
+def _scatter(by_source: dict[str, list[dict[str, Any]]], out: Path) -> list[Path]:
+    """Cost against needed-context recall, one point per strategy, one panel per set."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return []
+    figure, axes = plt.subplots(1, len(by_source), figsize=(7 * len(by_source), 6), squeeze=False)
+    for axis, (source, rows) in zip(axes[0], by_source.items(), strict=True):
+        for row in rows:
+            marker = "o" if row["kind"] == "memstack" else "s"
+            x, y = row["cost_vs_full"] * 100, row["needed_context_recall"] * 100
+            axis.scatter([x], [y], marker=marker)
+            axis.annotate(
+                row["strategy"], (x, y), fontsize=6, xytext=(3, 3), textcoords="offset points"
+            )
+        axis.set(
+            xlabel="cost, % of full history",
+            ylabel="needed-context recall, %",
+            title=f"{source}: cost vs recall (circles: memstack)",
+        )
+        axis.grid(alpha=0.3)
+    figure.tight_layout()
+    path = out / "cost_vs_recall.png"
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+    return [path]

@@ -18,7 +18,7 @@ from typing import Any
 from memstack.bench.checkout import find_checkout
 from memstack.bench.pricing import PRICES, load_prices
 from memstack.bench.replay import replay
-from memstack.bench.report import summary_rows, table, write_outputs
+from memstack.bench.report import sources, summary_rows, table, write_outputs
 from memstack.bench.strategies import NAMED_BASELINES, StrategySpec, recipe_strategy
 from memstack.bench.transcripts import Conversation, default_transcripts, load_conversations
 from memstack.errors import ConfigurationError
@@ -60,11 +60,10 @@ def memstack_strategies(
     import tomllib
 
     specs = []
-    for name, path, window in [
-        ("memstack window (customer-support)", "customer-support.toml", {"low_watermark": None}),
-        ("memstack window + hysteresis (customer-support)", "customer-support.toml", {}),
-        ("memstack masking-first (coding-agent)", "coding-agent.toml", {}),
-        ("memstack production blueprint", "production.toml", {}),
+    for name, path in [
+        ("memstack customer-support.toml", "customer-support.toml"),
+        ("memstack coding-agent.toml", "coding-agent.toml"),
+        ("memstack production.toml", "production.toml"),
     ]:
         if recipes is None:
             break
@@ -75,11 +74,6 @@ def memstack_strategies(
             for layer in tomllib.loads(file.read_text(encoding="utf-8")).get("layers", [])
             if layer.get("layer") in ("compaction", "window")
         ]
-        for layer in layers:
-            if layer["layer"] == "window":
-                layer.update(window)
-                if layer.get("low_watermark") is None:
-                    layer.pop("low_watermark", None)
         specs.append(_stack(name, layers, real_summaries=real_summaries))
     small = copy.deepcopy(SMALL_BUDGET_SUMMARY)
     specs.append(
@@ -89,19 +83,26 @@ def memstack_strategies(
 
 
 def _stack(name: str, layers: list[dict[str, Any]], *, real_summaries: bool) -> StrategySpec:
-    offline = False
+    """A stack of ``layers``; model-written summaries become extractive ones unless real."""
+    stand_in = False
     for layer in layers:
         if layer["layer"] == "compaction" and real_summaries:
             layer["on_error"] = "raise"  # a failing endpoint fails the run, not the figures
         steps = layer.get("strategy", []) if layer["layer"] == "compaction" else []
         for index, step in enumerate(steps):
-            if "summarize" not in step:
+            if "summarize" not in step or _is_extractive(step["summarize"]["summarizer"]):
                 continue
             if not real_summaries:
                 steps[index] = {"summarize": {**step["summarize"], "summarizer": EXTRACTIVE}}
-            offline = offline or steps[index]["summarize"]["summarizer"] == EXTRACTIVE
-    label = f"{name} [extractive summaries]" if offline else name
+                stand_in = True
+    label = f"{name} [extractive stand-in summaries]" if stand_in else name
     return recipe_strategy(label, {"backend": {"url": "memory://"}, "layers": layers})
+
+
+def _is_extractive(summarizer: object) -> bool:
+    return summarizer == "extractive" or (
+        isinstance(summarizer, dict) and list(summarizer) == ["extractive"]
+    )
 
 
 def _sample(conversations: list[Conversation], count: int, seed: int = 7) -> list[Conversation]:
@@ -163,7 +164,10 @@ async def run_tokens_bench(
     if bar is not None:
         bar.close()
     rows = summary_rows(results)
-    print(table(rows))
+    by_source = {s: summary_rows([r.only(s) for r in results]) for s in sources(results)}
+    for source, source_rows in by_source.items():
+        print(f"\n{source}\n{table(source_rows)}")
+    print(f"\nall sets\n{table(rows)}")
     meta = {
         "model": model,
         "price": vars(table_prices[model]),
@@ -173,7 +177,7 @@ async def run_tokens_bench(
         "summaries": "model" if real_summaries else "extractive",
         "seconds": round(time.perf_counter() - started, 1),
     }
-    written = write_outputs(results, rows, out, meta=meta)
+    written = write_outputs(results, rows, out, meta=meta, by_source=by_source)
     print(
         f"\n{len(conversations)} conversations, {meta['seconds']} s; wrote "
         + ", ".join(str(p) for p in written)

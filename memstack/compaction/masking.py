@@ -14,13 +14,32 @@
 
 A pure view transform: nothing is written, so it costs no storage and is undone by
 changing the policy. Only the output of a call/output pair changes, so the pair stays
-valid. The placeholder depends on the call alone (tool name and arguments), never on the
-output, so masking is idempotent and the masked prefix of a history stays byte-stable
-between model calls (prompt caches keep hitting).
+valid. The placeholder is a function of the call and its own output only, so masking is
+idempotent and a masked output reads the same at every later call.
+
+Cache-aware masking: with ``step=N`` the set of masked outputs changes about once every
+N new tool outputs (at outputs picked by a hash of their call id), not at every call, so
+the prompt prefix stays byte-stable (and billed at the cached rate) in between;
+``keep_names`` copies the output's salient tokens (paths, code names, numbers:
+``memstack.compaction.salient``) into the placeholder, so the agent can act on what the
+output showed without running the tool again:
+
+    >>> def grep(n):
+    ...     return [{"type": "function_call", "call_id": f"g{n}", "name": "grep",
+    ...              "arguments": '{"pattern": "def load"}'},
+    ...             {"type": "function_call_output", "call_id": f"g{n}",
+    ...              "output": f"src/io_{n}.py:120: def load(path):" * 20}]
+    >>> staged = Mask(keep_last_turns=0, keep_last_outputs=1, step=2, keep_names=40)
+    >>> [o["output"][:18] for o in staged.apply(grep(1) + grep(2))[1::2]]  # 1 older: wait
+    ['src/io_1.py:120: d', 'src/io_2.py:120: d']
+    >>> staged.apply(grep(1) + grep(2) + grep(3))[1]["output"]
+    '[Output of grep(pattern="def load") omitted to save context; call it again if needed] \
+Names in it: src/io_1.py 120'
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from collections.abc import Collection, Mapping, Sequence
@@ -28,6 +47,7 @@ from dataclasses import MISSING, dataclass, field, fields
 from types import MappingProxyType
 from typing import Any
 
+from memstack.compaction.salient import occurs, salient_tokens
 from memstack.errors import ConfigurationError
 from memstack.history import is_user_message, item_type, pair_key, split_turns
 
@@ -82,6 +102,10 @@ class Mask:
     exclude_tools: Collection[str] = frozenset()
     #: Longest argument value copied into a placeholder.
     max_arg_chars: int = 120
+    #: Mask in steps: the masked outputs change about once per ``step`` new outputs.
+    step: int = 1
+    #: Characters of the output's salient tokens appended to its placeholder (0: none).
+    keep_names: int = 0
 
     def __post_init__(self) -> None:
         turns = _nonnegative_int("keep_last_turns", self.keep_last_turns)
@@ -95,6 +119,9 @@ class Mask:
         _nonnegative_int("min_chars", self.min_chars)
         if _nonnegative_int("max_arg_chars", self.max_arg_chars) < 8:
             raise ConfigurationError("max_arg_chars must be >= 8", layer="Mask")
+        if _nonnegative_int("step", self.step) < 1:
+            raise ConfigurationError("step must be an int >= 1, got 0", layer="Mask")
+        _nonnegative_int("keep_names", self.keep_names)
         if not isinstance(self.templates, Mapping) or not all(
             isinstance(k, str) and isinstance(v, str) and v for k, v in self.templates.items()
         ):
@@ -132,10 +159,9 @@ class Mask:
         if not outputs:
             return list(items)
         boundary = self._protected_from(items, outputs)
+        older = [index for index in outputs if index < boundary]
         result = list(items)
-        for index in outputs:
-            if index >= boundary:
-                break
+        for index in older[: self._stepped(items, older)]:
             item = items[index]
             key = pair_key(item)
             call = calls.get(key) if key is not None else None
@@ -144,6 +170,24 @@ class Mask:
                 if masked is not None:
                     result[index] = masked
         return result
+
+    def _stepped(self, items: Sequence[Item], older: list[int]) -> int:
+        """How many of the ``older`` outputs to mask: up to the newest step boundary.
+
+        A boundary is an output whose call id hashes to 0 modulo ``step`` (one output in
+        ``step`` on average): chosen by content, not by position, so a view that starts
+        later (after a summary) or a process that reads the history anew masks exactly
+        the same outputs, and the masked set only ever grows at a boundary.
+        """
+        if self.step == 1:
+            return len(older)
+        for position in range(len(older) - 1, -1, -1):
+            key = pair_key(items[older[position]])
+            ident = key[1] if key is not None else ""
+            digest = hashlib.blake2b(ident.encode(), digest_size=8).digest()
+            if int.from_bytes(digest, "big") % self.step == 0:
+                return position + 1
+        return 0
 
     def _protected_from(self, items: Sequence[Item], outputs: list[int]) -> int:
         """Index from which every output is protected."""
@@ -167,13 +211,13 @@ class Mask:
         size = len(text) if isinstance(text, str) else len(json.dumps(text, default=str))
         if size < self.min_chars:
             return None
-        placeholder = self.placeholder(call)
+        placeholder = self.placeholder(call, output)
         if len(placeholder) >= size:
             return None
         return {**output, "output": placeholder}
 
-    def placeholder(self, call: Item) -> str:
-        """The text that stands for the output of ``call``."""
+    def placeholder(self, call: Item, output: Item | None = None) -> str:
+        """The text that stands for ``output``, the output of ``call``."""
         tool = str(call.get("name") or item_type(call))
         arguments = _arguments(call)
         fields: dict[str, str] = {
@@ -189,7 +233,26 @@ class Mask:
             call_id=str(call.get("call_id") or call.get("id") or ""),
         )
         template = self.templates.get(tool, self.default_template)
-        return _FIELD.sub(lambda m: fields.get(m.group(1), m.group(0)), template)
+        text = _FIELD.sub(lambda m: fields.get(m.group(1), m.group(0)), template)
+        if self.keep_names and output is not None:
+            names = self._names(output, text)
+            if names:
+                text = f"{text} Names in it: {names}"
+        return text
+
+    def _names(self, output: Item, placeholder: str) -> str:
+        """Salient tokens of the output not already in the placeholder, within keep_names."""
+        raw = output.get("output")
+        text = raw if isinstance(raw, str) else json.dumps(raw, ensure_ascii=False)
+        names: list[str] = []
+        used = 0
+        for token in salient_tokens(text):
+            if used + len(token) + 1 > self.keep_names:
+                continue
+            if not occurs(token, placeholder):
+                names.append(token)
+                used += len(token) + 1
+        return " ".join(names)
 
     def _clip(self, text: str) -> str:
         if len(text) <= self.max_arg_chars:

@@ -12,6 +12,10 @@ Pure functions: the layer reads, asks here, calls the strategy, and writes. The 
 is the last ``keep_last_turns`` user turns, cut further (at unit boundaries only) while
 it measures more than the trigger's ``target``; the newest unit is always kept, and a
 tool call whose output has not been written yet is never covered.
+
+The newest user message is never summarised away: when an agent loop is long enough
+that its own turn is covered, the message that set the task is carried verbatim in the
+record (like system messages), and summarised only once a newer user message exists.
 """
 
 from __future__ import annotations
@@ -91,21 +95,35 @@ def plan_compaction(res: Resolution, stop: int) -> Plan | None:
     """The compaction covering the first ``stop`` uncovered items; None if nothing to do."""
     covered_idx = list(res.raw_indices[:stop])
     window, prev = res.window, res.record
-    covered = [window[i] for i in covered_idx if not is_pinned(window[i])]
+    task = _newest_user_message(res, stop)
+    covered = [window[i] for i in covered_idx if not is_pinned(window[i]) and i != task]
     if not covered:
         return None
-    carried = [window[i] for i in covered_idx if is_pinned(window[i])]
+    carried = [window[i] for i in covered_idx if is_pinned(window[i]) or i == task]
+    earlier = list(prev.pinned if prev else ())
+    if task is not None or any(is_user_message(window[i]) for i in res.raw_indices[stop:]):
+        # A newer task exists now: the one carried so far becomes history like any other.
+        covered = [item for item in earlier if is_user_message(item)] + covered
+        earlier = [item for item in earlier if not is_user_message(item)]
     return Plan(
         base=prev,
         stop=stop,
         covered_hashes=tuple(str(res.hashes[i]) for i in covered_idx),
         previous=[dict(item) for item in (prev.summary if prev else ())],
         covered=[dict(item) for item in covered],
-        pinned=[dict(item) for item in (*(prev.pinned if prev else ()), *carried)],
+        pinned=[dict(item) for item in (*earlier, *carried)],
         count=(prev.count if prev else 0) + len(covered_idx),
         replace=covered_idx[-1] + 1,
         sources=([res.record_index] if prev is not None else []) + covered_idx,
     )
+
+
+def _newest_user_message(res: Resolution, stop: int) -> int | None:
+    """Window index of the newest user message when it is among the first ``stop`` raw items."""
+    for i in reversed(res.raw_indices):
+        if is_user_message(res.window[i]):
+            return i if i in res.raw_indices[:stop] else None
+    return None
 
 
 def anchors_after(res: Resolution, plan: Plan) -> Anchors | None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 from typing import Any
 
@@ -130,4 +131,59 @@ def test_unknown_template_fields_stay_and_structured_outputs_are_masked() -> Non
 )
 def test_options_are_validated(options: dict[str, Any], field: str) -> None:
     with pytest.raises(ConfigurationError, match=field):
+        Mask(**options)
+
+
+def bash_step(n: int, text: str = BIG) -> list[dict[str, Any]]:
+    return [call(f"b{n}", "bash", command=f"cat part{n}.txt"), output(f"b{n}", text)]
+
+
+def test_step_masks_in_batches_so_the_prefix_stays_put_between_them() -> None:
+    mask = Mask(keep_last_turns=0, keep_last_outputs=2, step=5)
+    items = [user("go")]
+    views = []
+    for n in range(60):
+        items += bash_step(n)
+        views.append(mask.apply(items))
+    masked = [sum(o != BIG for o in outputs_of(v)) for v in views]
+    assert masked == sorted(masked)  # only ever grows
+    changes = sum(a != b for a, b in itertools.pairwise(masked))
+    assert 6 <= changes <= 20  # about one change in 5 outputs; every call would be 58
+    # between two changes the view only grows: the earlier view is a prefix of the next
+    for before, after, a, b in zip(views, views[1:], masked, masked[1:], strict=False):
+        if a == b:
+            assert after[: len(before)] == before
+    assert not any(history_problems(v) for v in views)
+
+
+def test_steps_are_chosen_by_content_so_a_later_start_masks_the_same_outputs() -> None:
+    mask = Mask(keep_last_turns=0, keep_last_outputs=2, step=4)
+    items = [user("go")]
+    for n in range(40):
+        items += bash_step(n)
+    whole = mask.apply(items)
+    for start in (1, 21, 41):  # the view after a summary starts later
+        assert mask.apply(items[start:]) == whole[start:]
+
+
+def test_keep_names_puts_the_outputs_salient_tokens_in_the_placeholder() -> None:
+    listing = "src/pkg/loader.py:120: def read_config(path):\n" + "    pass\n" * 100
+    items = [user("go"), *bash_step(1, listing), *bash_step(2)]
+    mask = Mask(keep_last_turns=0, keep_last_outputs=1, keep_names=40)
+    placeholder = outputs_of(mask.apply(items))[0]
+    assert placeholder.endswith("Names in it: src/pkg/loader.py 120 read_config")
+    assert "part1.txt" in placeholder  # the command itself, from the template
+    # budget in characters; a token already in the placeholder is not repeated
+    small = Mask(keep_last_turns=0, keep_last_outputs=1, keep_names=20)
+    assert outputs_of(small.apply(items))[0].endswith("Names in it: src/pkg/loader.py")
+    repeat = [user("go"), *bash_step(1, "part1.txt\n" * 100), *bash_step(2)]
+    assert "Names in it" not in outputs_of(mask.apply(repeat))[0]
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [({"step": 0}, "step must be an int >= 1"), ({"keep_names": -1}, "keep_names must be")],
+)
+def test_step_and_keep_names_are_checked(options: dict[str, Any], message: str) -> None:
+    with pytest.raises(ConfigurationError, match=message):
         Mask(**options)

@@ -112,9 +112,28 @@ def test_a_plan_no_longer_applies_once_its_items_changed() -> None:
 
 def test_record_whose_anchor_was_popped_no_longer_applies() -> None:
     items = sample_items(8)
-    record = compaction(items, 8)  # covers everything, keeps nothing
-    assert view([*items, record]) == [*SUMMARY]
+    record = compaction(items, 8)  # covers everything but the task, carried verbatim
+    assert view([*items, record]) == [items[4], *SUMMARY]
     assert view([*items[:-1], record]) == items[:-1]
+
+
+def test_the_newest_user_message_is_carried_verbatim_until_a_newer_one_comes() -> None:
+    items = sample_items(8)  # user messages at 0 and 4
+    res = resolve(items, complete=True)
+    assert isinstance(res, Resolution)
+    plan = plan_compaction(res, 7)
+    assert plan is not None
+    assert plan.pinned == [items[4]]  # the task of the agent loop being compacted
+    assert items[4] not in plan.covered and items[0] in plan.covered
+    # Later, with a newer user message, the carried one is summarised like the rest.
+    record = compaction(items, 7)
+    later = [*items, record, *sample_items(4, tag="n")]
+    res = resolve(later, complete=True)
+    assert isinstance(res, Resolution)
+    assert res.view[0] == items[4]
+    plan = plan_compaction(res, 1)  # covers "m-7 answer"; "n-0 question" is newer
+    assert plan is not None
+    assert plan.pinned == [] and plan.covered == [items[4], items[7]]
 
 
 def test_record_whose_first_item_expired_no_longer_applies() -> None:

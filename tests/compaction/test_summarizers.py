@@ -224,6 +224,21 @@ async def test_extractive_summary_is_deterministic_and_capped() -> None:
     assert "\n- ASSISTANT: SK123 or DY456?\n- USER: and back?" in again[0]["content"]
 
 
+async def test_extractive_names_line_keeps_what_the_clipped_lines_lost() -> None:
+    listing = "x = 1\n" * 40 + "src/pkg/loader.py:120: def read_config(path):"
+    covered = [
+        {"role": "user", "content": "fix the loader"},
+        {"type": "function_call", "call_id": "c1", "name": "bash", "arguments": '{"c": "ls"}'},
+        {"type": "function_call_output", "call_id": "c1", "output": listing},
+    ]
+    plain = await Summarize(ExtractiveSummarizer(), max_tokens=500).compact([], covered)
+    assert "read_config" not in plain[0]["content"]  # past the clipped output line
+    named = await Summarize(ExtractiveSummarizer(names=60), max_tokens=500).compact([], covered)
+    assert named[0]["content"].endswith("- NAMES: src/pkg/loader.py 120 read_config")
+    tight = await Summarize(ExtractiveSummarizer(names=20), max_tokens=500).compact([], covered)
+    assert tight[0]["content"].endswith("- NAMES: src/pkg/loader.py")
+
+
 @pytest.mark.parametrize(
     ("make", "field"),
     [
@@ -235,6 +250,7 @@ async def test_extractive_summary_is_deterministic_and_capped() -> None:
         (lambda: OpenAIChatSummarizer(model=""), "model"),
         (lambda: OpenAIChatSummarizer(model="m", api_key="k", token_param="n"), "token_param"),  # type: ignore[arg-type]
         (lambda: ExtractiveSummarizer(output_chars=1), "output_chars"),
+        (lambda: ExtractiveSummarizer(names=-1), "names"),
         (lambda: ResponsesCompact(model="gpt-4.1", client=object(), timeout=0), "timeout"),  # type: ignore[arg-type]
         (lambda: ModelSummarizer(object()), "agents Model"),  # type: ignore[arg-type]
     ],
