@@ -1,0 +1,136 @@
+"""Operations over every session of one store: list, delete, and memstack's side tables.
+
+    >>> import asyncio
+    >>> from memstack.backends import open_backend
+    >>> from memstack.backends.whole_store import whole_store
+    >>> store = open_backend("sqlite://:memory:", "ann:t1")
+    >>> asyncio.run(store.add_items([{"role": "user", "content": "hi"}]))
+    >>> [(s.session_id, s.items) for s in asyncio.run(whole_store(store).list_sessions())]
+    [('ann:t1', 1)]
+
+The SDK's sessions each see one session id; retention jobs, "forget this user" and the
+redaction vault need the whole store. ``whole_store(session)`` gives the adapter for the
+store that ``session`` lives in (SQLite, aiosqlite, SQLAlchemy on any database, Redis),
+matched by exact type like the capability adapters; other sessions raise
+``CapabilityError``. Side tables live in the same database as the sessions:
+``memstack_vault`` and ``memstack_audit`` on SQL stores, ``<prefix>::memstack:…`` keys
+on Redis.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from agents.memory import Session
+
+from memstack.errors import CapabilityError
+
+__all__ = ["AuditRow", "SessionInfo", "WholeStore", "whole_store"]
+
+#: One audit record as stored: plain JSON-able values, never item content.
+AuditRow = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class SessionInfo:
+    """One session of a store: its id, stored rows, and last write (UTC) when known."""
+
+    session_id: str
+    items: int
+    last_activity: datetime | None
+
+
+class WholeStore(ABC):
+    """Store-wide operations; one adapter per backend."""
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
+
+    @abstractmethod
+    async def list_sessions(self) -> list[SessionInfo]:
+        """Every session with stored rows, ordered by id."""
+
+    @abstractmethod
+    async def delete_sessions(self, session_ids: Collection[str]) -> int:
+        """Delete these sessions' rows in one transaction; return how many items went."""
+
+    @abstractmethod
+    async def vault_put(self, session_id: str, sealed: Mapping[str, str]) -> None:
+        """Store sealed originals by token for one session."""
+
+    @abstractmethod
+    async def vault_get(self, session_id: str, tokens: Collection[str]) -> dict[str, str]:
+        """The sealed originals of ``tokens`` that exist."""
+
+    @abstractmethod
+    async def vault_all(self, session_id: str) -> dict[str, str]:
+        """Every sealed original of one session, by token."""
+
+    @abstractmethod
+    async def vault_sessions(self) -> dict[str, int]:
+        """Session ids that have vault entries, with how many."""
+
+    @abstractmethod
+    async def vault_delete(self, session_ids: Collection[str]) -> int:
+        """Delete the vault entries of these sessions; return how many went."""
+
+    @abstractmethod
+    async def audit_append(self, row: AuditRow) -> None:
+        """Append one audit record."""
+
+    @abstractmethod
+    async def audit_read(self, limit: int) -> list[AuditRow]:
+        """The last ``limit`` audit records, oldest first."""
+
+    @property
+    def where(self) -> str:
+        """The store, for messages: its type and location, never a password."""
+        from memstack.base import describe
+
+        return describe(self.session)
+
+
+def as_utc(value: Any) -> datetime | None:
+    """A store's timestamp (SQL text, a naive UTC datetime, epoch seconds) as aware UTC."""
+    if value is None or value == "":
+        return None
+    if isinstance(value, datetime):
+        return value if value.tzinfo else value.replace(tzinfo=UTC)
+    if isinstance(value, int | float) or (isinstance(value, str) and value.isdigit()):
+        return datetime.fromtimestamp(float(value), tz=UTC)
+    if isinstance(value, bytes):
+        return as_utc(value.decode("ascii"))
+    parsed = datetime.fromisoformat(str(value))
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+
+
+def whole_store(session: Session) -> WholeStore:
+    """The store-wide adapter for the store ``session`` lives in (its bottom session)."""
+    from memstack.base import iter_chain
+
+    *_, store = iter_chain(session)
+    from memstack.backends.whole_sql import sql_whole_store
+
+    sql = sql_whole_store(store)
+    if sql is not None:
+        return sql
+    try:
+        from memstack.backends.whole_redis import RedisWholeStore, is_redis_session
+    except ImportError:  # the redis extra is not installed
+        pass
+    else:
+        if is_redis_session(store):
+            return RedisWholeStore(store)
+    raise CapabilityError(
+        f"{type(store).__name__} cannot list or address the other sessions of its store; "
+        "whole-store operations work on SQLiteSession, AsyncSQLiteSession, "
+        "SQLAlchemySession and RedisSession"
+    )
+
+
+def chunks(values: Sequence[Any], size: int = 500) -> list[Sequence[Any]]:
+    return [values[start : start + size] for start in range(0, len(values), size)]
