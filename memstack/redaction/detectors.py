@@ -17,7 +17,7 @@ import ipaddress
 import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, Protocol
 
 from memstack.errors import ConfigurationError
 
@@ -25,6 +25,7 @@ __all__ = [
     "DETECTORS",
     "Detector",
     "Finding",
+    "TextDetector",
     "find_all",
     "iban_ok",
     "luhn_ok",
@@ -42,6 +43,19 @@ class Finding:
     start: int
     end: int
     value: str
+    kind: str = "pii"
+
+
+class TextDetector(Protocol):
+    """Anything that finds sensitive spans: a ``Detector`` or an analyzer adapter."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def kind(self) -> str: ...
+
+    def find(self, text: str) -> Iterable[Finding]: ...
 
 
 @dataclass(frozen=True)
@@ -63,7 +77,7 @@ class Detector:
             start, end = match.span(group)
             value = match.group(group)
             if start < end and (self.check is None or self.check(value)):
-                yield Finding(self.name, start, end, value)
+                yield Finding(self.name, start, end, value, self.kind)
 
 
 def luhn_ok(text: str) -> bool:
@@ -172,7 +186,7 @@ DETECTORS: tuple[Detector, ...] = (
 )
 
 
-def find_all(text: str, detectors: Sequence[Detector] = DETECTORS) -> list[Finding]:
+def find_all(text: str, detectors: Sequence[TextDetector] = DETECTORS) -> list[Finding]:
     """Non-overlapping findings in ``text``, in order; earliest start, then longest, wins."""
     candidates = [
         (finding.start, -(finding.end - finding.start), rank, finding)

@@ -15,12 +15,18 @@ the originals in the side table before the items go down). Strategy keys name a 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 from memstack.errors import ConfigurationError
-from memstack.redaction.detectors import DETECTORS, Finding, regex_detector
+from memstack.redaction.detectors import (
+    DETECTORS,
+    Finding,
+    TextDetector,
+    find_all,
+    regex_detector,
+)
 from memstack.redaction.rewrite import rewrite_item
 from memstack.redaction.strategies import (
     STRATEGY_NAMES,
@@ -32,19 +38,7 @@ from memstack.redaction.strategies import (
     Vault,
 )
 
-__all__ = ["Hit", "Redaction", "RedactionPolicy", "TextDetector"]
-
-
-class TextDetector(Protocol):
-    """Anything that finds sensitive spans: a built-in ``Detector`` or an analyzer adapter."""
-
-    @property
-    def name(self) -> str: ...
-
-    @property
-    def kind(self) -> str: ...
-
-    def find(self, text: str) -> Iterable[Finding]: ...
+__all__ = ["Hit", "Redaction", "RedactionPolicy"]
 
 
 @dataclass(frozen=True)
@@ -115,7 +109,8 @@ class RedactionPolicy:
         names = {detector.name for detector in chosen} | {"pii", "secret", "default"}
         made: dict[str, Strategy] = {}
         for target, strategy in (strategies or {}).items():
-            if target not in names:
+            # An analyzer's entity names are only known when it runs.
+            if target not in names and not analyzers:
                 raise ConfigurationError(
                     f"strategies: {target!r} is not a detector in use, 'pii', 'secret' or "
                     "'default'"
@@ -124,10 +119,10 @@ class RedactionPolicy:
         default = made.pop("default", Redact())
         return cls(tuple(chosen), made, default)
 
-    def strategy_for(self, detector: TextDetector) -> Strategy:
+    def strategy_for(self, finding: Finding) -> Strategy:
         return (
-            self.strategies.get(detector.name)
-            or self.strategies.get(detector.kind)
+            self.strategies.get(finding.detector)
+            or self.strategies.get(finding.kind)
             or self.default
         )
 
@@ -136,24 +131,18 @@ class RedactionPolicy:
         """Names of the strategies this policy can apply."""
         return frozenset({self.default.name, *(s.name for s in self.strategies.values())})
 
-    def find(self, text: str) -> list[Finding]:
-        from memstack.redaction.detectors import find_all
-
-        return find_all(text, self.detectors)  # type: ignore[arg-type]
-
     def apply(self, items: Sequence[Mapping[str, Any]]) -> Redaction:
-        by_name = {detector.name: detector for detector in self.detectors}
         result = Redaction(items=[])
         for index, item in enumerate(items):
 
             def replace(text: str, index: int = index) -> str:
-                findings = self.find(text)
+                findings = find_all(text, self.detectors)
                 if not findings:
                     return text
                 parts: list[str] = []
                 cursor = 0
                 for finding in findings:
-                    strategy = self.strategy_for(by_name[finding.detector])
+                    strategy = self.strategy_for(finding)
                     replacement = strategy.replace(finding)
                     result.hits.append(
                         Hit(index, finding.detector, strategy.name, finding.value, replacement)
