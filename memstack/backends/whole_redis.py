@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Collection, Mapping
-from typing import Any
+from typing import Any, TypeGuard
 
 from agents.extensions.memory import RedisSession
 from agents.memory import Session
@@ -25,7 +25,7 @@ __all__ = ["RedisWholeStore", "is_redis_session"]
 _GLOB = re.compile(r"([*?\[\]\\])")
 
 
-def is_redis_session(session: Session) -> bool:
+def is_redis_session(session: Session) -> TypeGuard[RedisSession]:
     return type(session) is RedisSession
 
 

@@ -117,7 +117,7 @@ class RedactSession(SessionLayer):
             raise ConfigurationError(exc.reason, layer=name) from exc
         self.audit = audit
         self.actor = actor
-        self._store: WholeStore | None | bool = False  # False: not looked up yet
+        self._store: WholeStore | bool | None = False  # False: not looked up yet
 
     # -- the store's side tables, found on first use -------------------------------------
     def _whole_store(self) -> WholeStore | None:

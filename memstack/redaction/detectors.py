@@ -160,7 +160,10 @@ DETECTORS: tuple[Detector, ...] = (
         r"|https://hooks\.slack\.com/services/[A-Za-z0-9]+/[A-Za-z0-9]+/[A-Za-z0-9]+",
     ),
     _secret("google_api_key", r"\bAIza[0-9A-Za-z_-]{35}"),
-    Detector("email", re.compile(r"\b[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}\b")),
+    Detector(
+        "email",
+        re.compile(r"\b[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}\b"),
+    ),
     Detector("card", re.compile(r"(?<![\d-])(?:\d[ -]?){12,18}\d(?![\d-])"), check=luhn_ok),
     Detector(
         "iban",

@@ -78,7 +78,7 @@ class RedactionPolicy:
 
     detectors: Sequence[TextDetector]
     strategies: Mapping[str, Strategy]
-    default: Strategy = Redact()
+    default: Strategy = field(default_factory=Redact)
 
     @classmethod
     def build(

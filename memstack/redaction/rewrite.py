@@ -3,8 +3,8 @@
     >>> from memstack.redaction.rewrite import rewrite_item
     >>> call = {"type": "function_call", "call_id": "c1", "name": "mail",
     ...         "arguments": '{"to": "ann@example.com", "n": 2}'}
-    >>> rewrite_item(call, lambda text: text.replace("ann@example.com", "[EMAIL]"))
-    {'type': 'function_call', 'call_id': 'c1', 'name': 'mail', 'arguments': '{"to":"[EMAIL]","n":2}'}
+    >>> rewrite_item(call, lambda text: text.replace("ann@example.com", "[EMAIL]"))["arguments"]
+    '{"to":"[EMAIL]","n":2}'
 
 Ids, ``call_id``s, item types, roles, statuses, tool names and opaque payloads (images,
 files, reasoning's ``encrypted_content``) are never touched, so calls and outputs still

@@ -33,7 +33,8 @@ STRATEGY_NAMES = ("redact", "mask", "hash", "block", "vault")
 
 
 class Strategy(Protocol):
-    name: str
+    @property
+    def name(self) -> str: ...
 
     def replace(self, finding: Finding) -> str: ...
 
