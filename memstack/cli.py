@@ -154,6 +154,10 @@ async def _layer_operation(args: argparse.Namespace, method: str, done: str) -> 
 
 
 async def cmd_purge(args: argparse.Namespace) -> int:
+    if args.all:
+        from memstack.cli_governance import purge_all
+
+        return await purge_all(args)
     if args.older_than:
         return await _purge_by_store_time(args)
     return await _layer_operation(
@@ -180,6 +184,10 @@ async def _purge_by_store_time(args: argparse.Namespace) -> int:
 
 
 async def cmd_rotate(args: argparse.Namespace) -> int:
+    if args.all:
+        from memstack.cli_governance import rotate_all
+
+        return await rotate_all(args)
     return await _layer_operation(
         args, "rotate", "re-encrypted {count} items of session {session!r} under the active key"
     )
@@ -274,12 +282,17 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--debug", action="store_true", help="show tracebacks on errors")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    def add(name: str, handler: Command, help: str, *, session: bool = True) -> Any:
+    def add(
+        name: str, handler: Command, help: str, *, session: bool = True, every: bool = False
+    ) -> Any:
         sub = commands.add_parser(name, help=help, description=help)
         sub.set_defaults(handler=handler)
         if session:
             sub.add_argument("recipe", help="recipe file (TOML)")
-            sub.add_argument("--session", required=True, help="session id")
+            which = sub.add_mutually_exclusive_group(required=True) if every else sub
+            which.add_argument("--session", required=not every, help="session id")
+            if every:
+                which.add_argument("--all", action="store_true", help="every session of the store")
             sub.add_argument("--url", help="store URL, overriding the recipe's")
         return sub
 
@@ -293,19 +306,27 @@ def _parser() -> argparse.ArgumentParser:
         sub.add_argument("--model", default="gpt-4.1", help="model whose tokenizer to count with")
         if name == "inspect":
             sub.add_argument("--limit", type=int, help="show only the last N items of the view")
-    purge = add("purge", cmd_purge, "delete a session's expired items now (TTL layer)")
+    purge = add("purge", cmd_purge, "delete a session's expired items now (TTL layer)", every=True)
     purge.add_argument(
         "--older-than",
         metavar="AGE",
         help="instead, delete rows the store wrote over AGE ago (e.g. 30d), reading no item: "
         "no key needed; SQL stores only",
     )
-    add("rotate", cmd_rotate, "re-encrypt a session under the active key (Encrypted layer)")
+    add(
+        "rotate",
+        cmd_rotate,
+        "re-encrypt a session under the active key (Encrypted layer)",
+        every=True,
+    )
     export = add("export", cmd_export, "write a session's full history as JSON Lines")
     export.add_argument("-o", "--output", help="file to write (default: standard output)")
     imp = add("import", cmd_import, "add items from a JSON Lines file to a session")
     imp.add_argument("file", help="JSON Lines file, one item per line")
     imp.add_argument("--replace", action="store_true", help="clear the session first")
+    from memstack.cli_governance import add_commands
+
+    add_commands(add)
     demo = add(
         "demo", cmd_demo, "run a multi-turn agent conversation through a stack", session=False
     )

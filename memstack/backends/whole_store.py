@@ -91,7 +91,8 @@ class WholeStore(ABC):
         """The store, for messages: its type and location, never a password."""
         from memstack.base import describe
 
-        return describe(self.session)
+        own = f"session_id={self.session.session_id!r}"
+        return describe(self.session).replace(f"{own}, ", "").replace(own, "")
 
 
 def as_utc(value: Any) -> datetime | None:

@@ -32,7 +32,7 @@ __all__ = [
     "regex_detector",
 ]
 
-Kind = Literal["pii", "secret"]
+Kind = Literal["pii", "secrets"]
 
 
 @dataclass(frozen=True)
@@ -135,7 +135,7 @@ def regex_detector(name: str, pattern: str, *, kind: Kind = "pii") -> Detector:
 
 
 def _secret(name: str, pattern: str, flags: int = 0) -> Detector:
-    return Detector(name, re.compile(pattern, flags), "secret")
+    return Detector(name, re.compile(pattern, flags), "secrets")
 
 
 # Secrets first: on equal spans the earlier detector wins.

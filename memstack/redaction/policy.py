@@ -1,7 +1,7 @@
 """A redaction policy: which detectors run, and which strategy each one's findings get.
 
     >>> from memstack.redaction.policy import RedactionPolicy
-    >>> policy = RedactionPolicy.build(strategies={"email": "mask", "secret": "block"})
+    >>> policy = RedactionPolicy.build(strategies={"email": "mask", "secrets": "block"})
     >>> done = policy.apply([{"role": "user", "content": "I am ann@example.com"}])
     >>> done.items, done.counts
     ([{'role': 'user', 'content': 'I am ***@*******.com'}], {'email': 1})
@@ -9,7 +9,7 @@
 Pure: ``apply`` returns the rewritten items and what it found, and stores nothing. The
 layer decides what to do with blocked findings (refuse the batch) and vaulted ones (seal
 the originals in the side table before the items go down). Strategy keys name a detector
-(``"email"``), a family (``"pii"``, ``"secret"``) or ``"default"``; the most specific wins.
+(``"email"``), a family (``"pii"``, ``"secrets"``) or ``"default"``; the most specific wins.
 """
 
 from __future__ import annotations
@@ -106,13 +106,13 @@ class RedactionPolicy:
                 raise ConfigurationError(f"pattern {name!r} would shadow a built-in detector")
             chosen.append(regex_detector(name, pattern))
         chosen.extend(analyzers)
-        names = {detector.name for detector in chosen} | {"pii", "secret", "default"}
+        names = {detector.name for detector in chosen} | {"pii", "secrets", "default"}
         made: dict[str, Strategy] = {}
         for target, strategy in (strategies or {}).items():
             # An analyzer's entity names are only known when it runs.
             if target not in names and not analyzers:
                 raise ConfigurationError(
-                    f"strategies: {target!r} is not a detector in use, 'pii', 'secret' or "
+                    f"strategies: {target!r} is not a detector in use, 'pii', 'secrets' or "
                     "'default'"
                 )
             made[target] = _strategy(strategy, hash_key=hash_key, keep_last=mask_keep_last)
