@@ -39,7 +39,7 @@ class UserSessions:
         if names.count("user") != 1 or names.count("thread") > 1 or set(names) - {"user", "thread"}:
             raise ConfigurationError(
                 f"user_sessions {self.pattern!r} must hold {{user}} once and may hold "
-                "{thread} once, e.g. \"{user}:{thread}\""
+                '{thread} once, e.g. "{user}:{thread}"'
             )
         if "{user}{thread}" in self.pattern or "{thread}{user}" in self.pattern:
             raise ConfigurationError(
