@@ -11,7 +11,7 @@
     >>> [(r.action, r.actor, r.counts) for r in asyncio.run(trail.read())]
     [('purge', 'retention-job', {'items': 3})]
 
-Records are appended to the store the sessions live in (``memstack_audit`` on SQL,
+Records are appended to the store the sessions live in (``agent_sessions_audit`` on SQL,
 ``<prefix>::memstack:audit`` on Redis) and never updated or deleted by memstack. A
 record holds the action, actor, time, counts, a *scope* and a *digest*. Session ids
 and user ids are personal data, so the scope is a pseudonym — an HMAC under the audit

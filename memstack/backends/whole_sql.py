@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Awaitable, Callable, Collection, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from agents.memory import Session, SQLiteSession
@@ -19,21 +20,30 @@ from memstack.backends.sql import Plan, Query
 from memstack.backends.translate import store_errors
 from memstack.backends.whole_store import AuditRow, SessionInfo, WholeStore, as_utc, chunks
 
-__all__ = ["SqlWholeStore", "sql_whole_store"]
+__all__ = ["SqlWholeStore", "Tables", "sql_whole_store"]
 
-VAULT_TABLE = "memstack_vault"
-AUDIT_TABLE = "memstack_audit"
 AUDIT_COLUMNS = ("record_id", "at", "action", "actor", "scope", "counts", "digest")
 
-_CREATE = (
-    f"CREATE TABLE IF NOT EXISTS {VAULT_TABLE} ("
-    "session_id VARCHAR(255) NOT NULL, token VARCHAR(64) NOT NULL, sealed TEXT NOT NULL, "
-    "created_at TIMESTAMP DEFAULT CURRENT_TIMESTAMP, PRIMARY KEY (session_id, token))",
-    f"CREATE TABLE IF NOT EXISTS {AUDIT_TABLE} ("
-    "record_id VARCHAR(32) NOT NULL PRIMARY KEY, at DOUBLE PRECISION NOT NULL, "
-    "action VARCHAR(32) NOT NULL, actor VARCHAR(255) NOT NULL, scope VARCHAR(255) NOT NULL, "
-    "counts TEXT NOT NULL, digest VARCHAR(64))",
-)
+
+@dataclass(frozen=True)
+class Tables:
+    """The SDK's two tables and memstack's side tables named after them.
+
+    Side tables follow the sessions table (``agent_sessions_vault``, ``…_audit``), so two
+    sets of session tables in one database keep their vaults and trails apart.
+    """
+
+    sessions: str
+    messages: str
+
+    @property
+    def vault(self) -> str:
+        return f"{self.sessions}_vault"
+
+    @property
+    def audit(self) -> str:
+        return f"{self.sessions}_audit"
+
 
 Runner = Callable[[Callable[[], Plan]], Awaitable[Any]]
 
@@ -43,12 +53,22 @@ def _in(column: str, values: Collection[Any], prefix: str = "v") -> tuple[str, d
     return f"{column} IN ({', '.join(':' + name for name in names)})", names
 
 
-def _create_side_tables() -> Plan:
-    for statement in _CREATE:
-        yield Query(statement)
+def _create_side_tables(t: Tables) -> Plan:
+    yield Query(
+        f"CREATE TABLE IF NOT EXISTS {t.vault} ("
+        "session_id VARCHAR(255) NOT NULL, token VARCHAR(64) NOT NULL, sealed TEXT NOT NULL, "
+        "created_at TIMESTAMP DEFAULT CURRENT_TIMESTAMP, PRIMARY KEY (session_id, token))"
+    )
+    yield Query(
+        f"CREATE TABLE IF NOT EXISTS {t.audit} ("
+        "record_id VARCHAR(32) NOT NULL PRIMARY KEY, at DOUBLE PRECISION NOT NULL, "
+        "action VARCHAR(32) NOT NULL, actor VARCHAR(255) NOT NULL, scope VARCHAR(255) NOT NULL, "
+        "counts TEXT NOT NULL, digest VARCHAR(64))"
+    )
 
 
-def _list_sessions(sessions: str, messages: str) -> Plan:
+def _list_sessions(t: Tables) -> Plan:
+    sessions, messages = t.sessions, t.messages
     counted = yield Query(
         f"SELECT session_id, COUNT(*), MAX(created_at) FROM {messages} GROUP BY session_id"
     )
@@ -63,7 +83,8 @@ def _list_sessions(sessions: str, messages: str) -> Plan:
     return infos
 
 
-def _delete_sessions(sessions: str, messages: str, ids: list[str]) -> Plan:
+def _delete_sessions(t: Tables, ids: list[str]) -> Plan:
+    sessions, messages = t.sessions, t.messages
     total = 0
     for chunk in chunks(ids):
         where, params = _in("session_id", chunk)
@@ -74,54 +95,54 @@ def _delete_sessions(sessions: str, messages: str, ids: list[str]) -> Plan:
     return total
 
 
-def _vault_put(session_id: str, sealed: Mapping[str, str]) -> Plan:
+def _vault_put(t: Tables, session_id: str, sealed: Mapping[str, str]) -> Plan:
     for token, value in sealed.items():
         yield Query(
-            f"INSERT INTO {VAULT_TABLE} (session_id, token, sealed) VALUES (:sid, :token, :sealed)",
+            f"INSERT INTO {t.vault} (session_id, token, sealed) VALUES (:sid, :token, :sealed)",
             {"sid": session_id, "token": token, "sealed": value},
         )
 
 
-def _vault_get(session_id: str, tokens: list[str] | None) -> Plan:
+def _vault_get(t: Tables, session_id: str, tokens: list[str] | None) -> Plan:
     found: dict[str, str] = {}
     for chunk in chunks(tokens) if tokens is not None else [None]:
         where, params = ("1 = 1", {}) if chunk is None else _in("token", chunk, "t")
         rows = yield Query(
-            f"SELECT token, sealed FROM {VAULT_TABLE} WHERE session_id = :sid AND {where}",
+            f"SELECT token, sealed FROM {t.vault} WHERE session_id = :sid AND {where}",
             {"sid": session_id, **params},
         )
         found.update({row[0]: row[1] for row in rows})
     return found
 
 
-def _vault_sessions() -> Plan:
-    rows = yield Query(f"SELECT session_id, COUNT(*) FROM {VAULT_TABLE} GROUP BY session_id")
+def _vault_sessions(t: Tables) -> Plan:
+    rows = yield Query(f"SELECT session_id, COUNT(*) FROM {t.vault} GROUP BY session_id")
     return {row[0]: int(row[1]) for row in rows}
 
 
-def _vault_delete(ids: list[str]) -> Plan:
+def _vault_delete(t: Tables, ids: list[str]) -> Plan:
     total = 0
     for chunk in chunks(ids):
         where, params = _in("session_id", chunk)
-        rows = yield Query(f"SELECT COUNT(*) FROM {VAULT_TABLE} WHERE {where}", params)
+        rows = yield Query(f"SELECT COUNT(*) FROM {t.vault} WHERE {where}", params)
         total += int(rows[0][0])
-        yield Query(f"DELETE FROM {VAULT_TABLE} WHERE {where}", params)
+        yield Query(f"DELETE FROM {t.vault} WHERE {where}", params)
     return total
 
 
-def _audit_append(row: AuditRow) -> Plan:
+def _audit_append(t: Tables, row: AuditRow) -> Plan:
     values = {column: row.get(column) for column in AUDIT_COLUMNS}
     values["counts"] = json.dumps(values["counts"] or {}, sort_keys=True)
     yield Query(
-        f"INSERT INTO {AUDIT_TABLE} ({', '.join(AUDIT_COLUMNS)}) "
+        f"INSERT INTO {t.audit} ({', '.join(AUDIT_COLUMNS)}) "
         f"VALUES ({', '.join(':' + column for column in AUDIT_COLUMNS)})",
         values,
     )
 
 
-def _audit_read(limit: int) -> Plan:
+def _audit_read(t: Tables, limit: int) -> Plan:
     rows = yield Query(
-        f"SELECT {', '.join(AUDIT_COLUMNS)} FROM {AUDIT_TABLE} "
+        f"SELECT {', '.join(AUDIT_COLUMNS)} FROM {t.audit} "
         "ORDER BY at DESC, record_id DESC LIMIT :n",
         {"n": limit},
     )
@@ -138,8 +159,7 @@ class SqlWholeStore(WholeStore):
     def __init__(self, session: Session, run: Runner, sessions: str, messages: str) -> None:
         super().__init__(session)
         self._run = run
-        self.sessions_table = sessions
-        self.messages_table = messages
+        self.tables = Tables(sessions, messages)
         self._side_tables_ready = False
 
     async def run(self, make_plan: Callable[[], Plan]) -> Any:
@@ -149,49 +169,45 @@ class SqlWholeStore(WholeStore):
     async def side(self, make_plan: Callable[[], Plan]) -> Any:
         """Run a plan on the side tables, creating them first in this process."""
         if not self._side_tables_ready:
-            await self.run(_create_side_tables)
+            await self.run(lambda: _create_side_tables(self.tables))
             self._side_tables_ready = True
         return await self.run(make_plan)
 
     async def list_sessions(self) -> list[SessionInfo]:
-        result: list[SessionInfo] = await self.run(
-            lambda: _list_sessions(self.sessions_table, self.messages_table)
-        )
+        result: list[SessionInfo] = await self.run(lambda: _list_sessions(self.tables))
         return result
 
     async def delete_sessions(self, session_ids: Collection[str]) -> int:
         ids = sorted(set(session_ids))
         if not ids:
             return 0
-        return int(
-            await self.run(lambda: _delete_sessions(self.sessions_table, self.messages_table, ids))
-        )
+        return int(await self.run(lambda: _delete_sessions(self.tables, ids)))
 
     async def vault_put(self, session_id: str, sealed: Mapping[str, str]) -> None:
         if sealed:
-            await self.side(lambda: _vault_put(session_id, dict(sealed)))
+            await self.side(lambda: _vault_put(self.tables, session_id, dict(sealed)))
 
     async def vault_get(self, session_id: str, tokens: Collection[str]) -> dict[str, str]:
         wanted = sorted(set(tokens))
         if not wanted:
             return {}
-        return dict(await self.side(lambda: _vault_get(session_id, wanted)))
+        return dict(await self.side(lambda: _vault_get(self.tables, session_id, wanted)))
 
     async def vault_all(self, session_id: str) -> dict[str, str]:
-        return dict(await self.side(lambda: _vault_get(session_id, None)))
+        return dict(await self.side(lambda: _vault_get(self.tables, session_id, None)))
 
     async def vault_sessions(self) -> dict[str, int]:
-        return dict(await self.side(_vault_sessions))
+        return dict(await self.side(lambda: _vault_sessions(self.tables)))
 
     async def vault_delete(self, session_ids: Collection[str]) -> int:
         ids = sorted(set(session_ids))
-        return int(await self.side(lambda: _vault_delete(ids))) if ids else 0
+        return int(await self.side(lambda: _vault_delete(self.tables, ids))) if ids else 0
 
     async def audit_append(self, row: AuditRow) -> None:
-        await self.side(lambda: _audit_append(row))
+        await self.side(lambda: _audit_append(self.tables, row))
 
     async def audit_read(self, limit: int) -> list[AuditRow]:
-        return list(await self.side(lambda: _audit_read(limit)))
+        return list(await self.side(lambda: _audit_read(self.tables, limit)))
 
 
 def sql_whole_store(store: Session) -> SqlWholeStore | None:

@@ -13,8 +13,8 @@ redaction vault need the whole store. ``whole_store(session)`` gives the adapter
 store that ``session`` lives in (SQLite, aiosqlite, SQLAlchemy on any database, Redis),
 matched by exact type like the capability adapters; other sessions raise
 ``CapabilityError``. Side tables live in the same database as the sessions:
-``memstack_vault`` and ``memstack_audit`` on SQL stores, ``<prefix>::memstack:…`` keys
-on Redis.
+``agent_sessions_vault`` and ``agent_sessions_audit`` (named after the sessions table)
+on SQL stores, ``<prefix>::memstack:…`` keys on Redis.
 """
 
 from __future__ import annotations

@@ -57,7 +57,8 @@ async def _everything_stored(wide: WholeStore, store: Store) -> list[str]:
     """Every row of every table memstack writes (SQL), or every key and value (Redis)."""
     if isinstance(wide, SqlWholeStore):
         rows: list[str] = []
-        for table in (wide.sessions_table, wide.messages_table, "memstack_vault", "memstack_audit"):
+        t = wide.tables
+        for table in (t.sessions, t.messages, t.vault, t.audit):
 
             def dump(table: str = table) -> Any:
                 return (yield Query(f"SELECT * FROM {table}"))
