@@ -106,7 +106,7 @@ async def rotate_all(args: argparse.Namespace) -> int:
         report = await jobs.rotate_all()
     print(
         f"re-encrypted {report.total} items in {len(report.per_session)} sessions "
-        "under the active key"
+        f"under the active key; re-sealed {report.extra['vault_entries']} vault entries"
     )
     return EXIT_OK
 

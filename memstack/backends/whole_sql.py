@@ -96,6 +96,12 @@ def _delete_sessions(t: Tables, ids: list[str]) -> Plan:
 
 
 def _vault_put(t: Tables, session_id: str, sealed: Mapping[str, str]) -> Plan:
+    for chunk in chunks(sorted(sealed)):  # an upsert: re-sealed entries replace the old
+        where, params = _in("token", chunk, "t")
+        yield Query(
+            f"DELETE FROM {t.vault} WHERE session_id = :sid AND {where}",
+            {"sid": session_id, **params},
+        )
     for token, value in sealed.items():
         yield Query(
             f"INSERT INTO {t.vault} (session_id, token, sealed) VALUES (:sid, :token, :sealed)",

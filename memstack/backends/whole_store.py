@@ -60,7 +60,7 @@ class WholeStore(ABC):
 
     @abstractmethod
     async def vault_put(self, session_id: str, sealed: Mapping[str, str]) -> None:
-        """Store sealed originals by token for one session."""
+        """Store sealed originals by token for one session, replacing those of the same token."""
 
     @abstractmethod
     async def vault_get(self, session_id: str, tokens: Collection[str]) -> dict[str, str]:

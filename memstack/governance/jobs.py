@@ -26,11 +26,13 @@ from agents.memory import Session
 from memstack.audit import STORE_SCOPE, AuditRecord, AuditTrail
 from memstack.backends.open import open_backend
 from memstack.backends.whole_store import SessionInfo, WholeStore, whole_store
-from memstack.base import SessionLayer, iter_chain
+from memstack.base import SessionLayer, find, iter_chain
 from memstack.errors import ConfigurationError, RecipeError
 from memstack.governance.erasers import Eraser, memory_eraser
 from memstack.governance.forget import ForgetReport, default_erasers, forget
 from memstack.governance.users import UserSessions
+from memstack.layers.encrypted import EncryptedSession
+from memstack.layers.redact import RedactSession
 from memstack.recipes import Recipe, load_recipe
 
 __all__ = ["JobReport", "StoreJobs", "forget_user"]
@@ -184,14 +186,26 @@ class StoreJobs:
         return JobReport("purge", counts, extra, record)
 
     async def rotate_all(self) -> JobReport:
-        """Re-encrypt every session under the active key (encryption layer)."""
-        counts = await self.each_session(lambda s: _layer_method(s, "rotate")())
+        """Re-encrypt every session under the active key (encryption layer), and re-seal
+        vault entries under the redaction layer's active key when it has a vault."""
+        resealed: list[int] = []
+
+        async def rotate(stack: Session) -> int:
+            redact = find(stack, RedactSession)
+            if redact is not None and redact.vaults:
+                resealed.append(await redact.rotate_vault())
+                if find(stack, EncryptedSession) is None:
+                    return 0
+            return await _layer_method(stack, "rotate")()
+
+        counts = await self.each_session(rotate)
+        extra = {"vault_entries": sum(resealed)}
         record = await self.trail.record(
             "rotate",
             scope=STORE_SCOPE,
-            counts={"sessions": len(counts), "items": sum(counts.values())},
+            counts={"sessions": len(counts), "items": sum(counts.values()), **extra},
         )
-        return JobReport("rotate", counts, {}, record)
+        return JobReport("rotate", counts, extra, record)
 
     async def forget_user(self, user: str, *, missing_ok: bool = False) -> ForgetReport:
         """Erase ``user``'s sessions, vault entries (and memories, once hooked)."""

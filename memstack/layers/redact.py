@@ -180,6 +180,30 @@ class RedactSession(SessionLayer):
         if store is not None and self._vault is not None:
             await store.vault_delete([self.session_id])
 
+    @property
+    def vaults(self) -> bool:
+        """True when this layer's policy seals originals in the vault."""
+        return self._vault is not None
+
+    async def rotate_vault(self) -> int:
+        """Re-seal this session's vault entries under the active key; return how many.
+
+        Entries never change once written (tokens are random), so writing the re-sealed
+        ones over the old is safe next to concurrent writers.
+        """
+        store = self._whole_store()
+        if store is None or self._vault is None:
+            return 0
+        vault = self._vault
+        entries = await store.vault_all(self.session_id)
+        stale = {
+            token: vault.reseal(value)
+            for token, value in entries.items()
+            if not vault.is_current(value)
+        }
+        await store.vault_put(self.session_id, stale)
+        return len(stale)
+
     def storage_capabilities(self) -> StorageCapabilities:
         return RedactCapabilities(self)
 

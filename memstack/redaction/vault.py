@@ -50,12 +50,23 @@ class VaultCipher:
     def seal(self, detector: str, value: str) -> str:
         return json.dumps(self._cipher.seal({"v": 1, "detector": detector, "value": value}))
 
-    def open(self, sealed: str) -> str:
+    def _envelope(self, sealed: str) -> Any:
         try:
-            envelope = json.loads(sealed)
+            return json.loads(sealed)
         except ValueError as exc:
             raise self._cipher.error("vault entry is not JSON") from exc
-        entry = self._cipher.open(envelope)
+
+    def is_current(self, sealed: str) -> bool:
+        """True when the entry is sealed under the active key (rotation skips it)."""
+        return self._cipher.is_current(self._envelope(sealed))
+
+    def reseal(self, sealed: str) -> str:
+        """The entry sealed again under the active key."""
+        entry = self._cipher.open(self._envelope(sealed))
+        return json.dumps(self._cipher.seal(entry))
+
+    def open(self, sealed: str) -> str:
+        entry = self._cipher.open(self._envelope(sealed))
         value = entry.get("value")
         if entry.get("v") != 1 or not isinstance(value, str):
             raise self._cipher.error("vault entry has an unknown layout")

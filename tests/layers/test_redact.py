@@ -23,7 +23,7 @@ from memstack import (
     capabilities_of,
 )
 from memstack.backends.whole_store import whole_store
-from memstack.crypto import generate_key
+from memstack.crypto import Keyring, generate_key
 from memstack.history import history_problems
 from memstack.layers import EncryptedSession, TTLSession
 from memstack.redaction import reveal
@@ -162,6 +162,20 @@ async def test_vault_round_trip_on_every_backend(store: Store) -> None:
     await session.clear_session()
     assert await whole_store(base).vault_all(sid) == {}
     assert await reveal(base, stored, key=KEY) == stored  # gone: tokens stay tokens
+
+
+async def test_rotate_vault_reseals_under_the_active_key(sqlite_store: Store) -> None:
+    old, new = generate_key(), generate_key()
+    base = sqlite_store.open("ann:rotate")
+    before = RedactSession(base, strategies={"email": "vault"}, key=old)
+    await before.add_items([{"role": "user", "content": "a@b.io"}])
+    stored = await before.get_items()
+    after = RedactSession(base, strategies={"email": "vault"}, keyring=Keyring.of(new, old))
+    assert after.vaults and await after.rotate_vault() == 1
+    assert await after.rotate_vault() == 0
+    assert (await reveal(base, stored, key=new))[0]["content"] == "a@b.io"
+    with pytest.raises(DecryptionError):
+        await reveal(base, stored, key=old)
 
 
 async def test_vault_needs_a_key_and_a_store_with_side_tables() -> None:
