@@ -104,3 +104,33 @@ def test_strategies() -> None:
         Hash(b"short")
     with pytest.raises(ConfigurationError):
         Mask(keep_last=-1)
+
+
+class _Result:
+    def __init__(self, entity_type: str, start: int, end: int) -> None:
+        self.entity_type, self.start, self.end = entity_type, start, end
+
+
+class _Analyzer:
+    """Presidio's AnalyzerEngine shape: analyze(text=, entities=, language=, score_threshold=)."""
+
+    def __init__(self) -> None:
+        self.calls: list[dict[str, object]] = []
+
+    def analyze(self, **kwargs: object) -> list[_Result]:
+        self.calls.append(kwargs)
+        text = str(kwargs["text"])
+        start = text.find("Ann Lee")
+        return [_Result("PERSON", start, start + 7)] if start >= 0 else []
+
+
+def test_presidio_adapter_findings_take_strategies_by_entity_name() -> None:
+    from memstack.redaction.presidio import PresidioDetector
+
+    analyzer = _Analyzer()
+    detector = PresidioDetector(entities=["PERSON"], analyzer=analyzer)
+    policy = RedactionPolicy.build(strategies={"person": "mask"}, analyzers=[detector])
+    done = policy.apply([{"role": "user", "content": "Ann Lee, ann@example.com"}])
+    assert done.items[0]["content"] == "*** **e, [EMAIL]"
+    assert done.counts == {"person": 1, "email": 1}
+    assert analyzer.calls[0]["entities"] == ["PERSON"] and analyzer.calls[0]["language"] == "en"
