@@ -108,7 +108,8 @@ def test_sessions_forget_and_audit(filled: Path, tmp_path: Path) -> None:
     actions = [line.split()[2] for line in audit.stdout.splitlines()[2:-1]]
     assert actions == ["redact", "redact", "redact", "erase"]
     mine = memstack("audit", str(filled), "--user", "ann", env=ENV)
-    assert "erase" in mine.stdout and "items=8, sessions=2, vault_entries=2" in mine.stdout
+    assert "erase" in mine.stdout
+    assert "items=8, sessions=2, user_keys=0, vault_entries=2" in mine.stdout
     assert "1 records" in mine.stdout
     assert "bob:t1" in memstack("export", str(filled), "--session", "bob:t1", env=ENV).stderr
 
@@ -129,7 +130,7 @@ def test_forget_bad_users(filled: Path, args: list[str], code: int, message: str
 def test_forget_missing_ok(filled: Path) -> None:
     result = memstack("forget", str(filled), "--user", "zed", "--missing-ok", env=ENV)
     assert result.returncode == 0, result.stderr
-    assert "forgot user 'zed': removed 0 vault entries, 0 sessions, 0 items" in result.stdout
+    assert "forgot user 'zed': removed nothing" in result.stdout
 
 
 @pytest.mark.parametrize(

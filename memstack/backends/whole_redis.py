@@ -3,8 +3,8 @@
 The SDK keeps a session in ``<prefix>:<id>`` (a hash), ``<prefix>:<id>:messages`` (a
 list) and ``<prefix>:<id>:counter``. Sessions are found by scanning for the message
 lists; memstack's side data lives under ``<prefix>::memstack:`` (a session id would
-have to start with ``:memstack:`` to collide): ``vault:<id>`` hashes and the ``audit``
-list.
+have to start with ``:memstack:`` to collide): ``vault:<id>`` hashes, the ``audit``
+list and the ``user_keys`` hash.
 """
 
 from __future__ import annotations
@@ -128,6 +128,19 @@ class RedisWholeStore(WholeStore):
             pipe.delete(*(self._vault_key(session_id) for session_id in ids))
             replies = await pipe.execute()
         return sum(int(n) for n in replies[: len(ids)])
+
+    async def user_salt(self, user_ref: str, new_salt: str) -> str:
+        key = f"{self.own}user_keys"
+        with store_errors(self.session, doing=f"{self.where} failed"):
+            await self.client.hsetnx(key, user_ref, new_salt)
+            return _text(await self.client.hget(key, user_ref))
+
+    async def user_salt_delete(self, user_refs: Collection[str]) -> int:
+        refs = sorted(set(user_refs))
+        if not refs:
+            return 0
+        with store_errors(self.session, doing=f"{self.where} failed"):
+            return int(await self.client.hdel(f"{self.own}user_keys", *refs))
 
     async def audit_append(self, row: AuditRow) -> None:
         with store_errors(self.session, doing=f"{self.where} failed"):

@@ -44,6 +44,10 @@ class Tables:
     def audit(self) -> str:
         return f"{self.sessions}_audit"
 
+    @property
+    def user_keys(self) -> str:
+        return f"{self.sessions}_user_keys"
+
 
 Runner = Callable[[Callable[[], Plan]], Awaitable[Any]]
 
@@ -64,6 +68,11 @@ def _create_side_tables(t: Tables) -> Plan:
         "record_id VARCHAR(32) NOT NULL PRIMARY KEY, at DOUBLE PRECISION NOT NULL, "
         "action VARCHAR(32) NOT NULL, actor VARCHAR(255) NOT NULL, scope VARCHAR(255) NOT NULL, "
         "counts TEXT NOT NULL, digest VARCHAR(64))"
+    )
+    yield Query(
+        f"CREATE TABLE IF NOT EXISTS {t.user_keys} ("
+        "user_ref VARCHAR(64) NOT NULL PRIMARY KEY, salt VARCHAR(64) NOT NULL, "
+        "created_at TIMESTAMP DEFAULT CURRENT_TIMESTAMP)"
     )
 
 
@@ -133,6 +142,27 @@ def _vault_delete(t: Tables, ids: list[str]) -> Plan:
         rows = yield Query(f"SELECT COUNT(*) FROM {t.vault} WHERE {where}", params)
         total += int(rows[0][0])
         yield Query(f"DELETE FROM {t.vault} WHERE {where}", params)
+    return total
+
+
+def _user_salt(t: Tables, ref: str, new_salt: str) -> Plan:
+    rows = yield Query(f"SELECT salt FROM {t.user_keys} WHERE user_ref = :ref", {"ref": ref})
+    if rows:
+        return str(rows[0][0])
+    yield Query(
+        f"INSERT INTO {t.user_keys} (user_ref, salt) VALUES (:ref, :salt)",
+        {"ref": ref, "salt": new_salt},
+    )
+    return new_salt
+
+
+def _user_salt_delete(t: Tables, refs: list[str]) -> Plan:
+    total = 0
+    for chunk in chunks(refs):
+        where, params = _in("user_ref", chunk)
+        rows = yield Query(f"SELECT COUNT(*) FROM {t.user_keys} WHERE {where}", params)
+        total += int(rows[0][0])
+        yield Query(f"DELETE FROM {t.user_keys} WHERE {where}", params)
     return total
 
 
@@ -208,6 +238,13 @@ class SqlWholeStore(WholeStore):
     async def vault_delete(self, session_ids: Collection[str]) -> int:
         ids = sorted(set(session_ids))
         return int(await self.side(lambda: _vault_delete(self.tables, ids))) if ids else 0
+
+    async def user_salt(self, user_ref: str, new_salt: str) -> str:
+        return str(await self.side(lambda: _user_salt(self.tables, user_ref, new_salt)))
+
+    async def user_salt_delete(self, user_refs: Collection[str]) -> int:
+        refs = sorted(set(user_refs))
+        return int(await self.side(lambda: _user_salt_delete(self.tables, refs))) if refs else 0
 
     async def audit_append(self, row: AuditRow) -> None:
         await self.side(lambda: _audit_append(self.tables, row))

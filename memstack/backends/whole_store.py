@@ -79,6 +79,14 @@ class WholeStore(ABC):
         """Delete the vault entries of these sessions; return how many went."""
 
     @abstractmethod
+    async def user_salt(self, user_ref: str, new_salt: str) -> str:
+        """The salt stored for ``user_ref``, storing ``new_salt`` first if there is none."""
+
+    @abstractmethod
+    async def user_salt_delete(self, user_refs: Collection[str]) -> int:
+        """Delete these users' salts (crypto-shredding); return how many went."""
+
+    @abstractmethod
     async def audit_append(self, row: AuditRow) -> None:
         """Append one audit record."""
 

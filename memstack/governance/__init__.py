@@ -8,7 +8,8 @@
 
 Modules: ``users`` (which session ids belong to a user), ``erasers`` (one kind of user
 data each, with the long-term memory hook), ``forget`` (run erasers, audit, report),
-``jobs`` (recipe-bound store-wide jobs, used by the command line).
+``jobs`` (recipe-bound store-wide jobs, used by the command line), ``shred`` (per-user
+keys for crypto-shredding).
 """
 
 from memstack.governance.erasers import (
@@ -21,6 +22,7 @@ from memstack.governance.erasers import (
 )
 from memstack.governance.forget import ForgetReport, default_erasers, forget
 from memstack.governance.jobs import JobReport, StoreJobs, forget_user
+from memstack.governance.shred import UserKeyEraser, UserKeys
 from memstack.governance.users import UserSessions
 
 __all__ = [
@@ -31,6 +33,8 @@ __all__ = [
     "LongTermMemoryEraser",
     "SessionEraser",
     "StoreJobs",
+    "UserKeyEraser",
+    "UserKeys",
     "UserSessions",
     "VaultEraser",
     "default_erasers",

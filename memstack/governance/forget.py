@@ -8,7 +8,7 @@
     >>> asyncio.run(ann.add_items([{"role": "user", "content": "hi"}]))
     >>> report = asyncio.run(forget(whole_store(ann), "ann"))
     >>> report.removed
-    {'vault_entries': 0, 'sessions': 1, 'items': 1}
+    {'user_keys': 0, 'vault_entries': 0, 'sessions': 1, 'items': 1}
 
 Nothing found anywhere raises ``UnknownUserError`` (``missing_ok=True`` returns the
 empty report instead), so a typo in a user id does not pass for a completed erasure.
@@ -41,13 +41,15 @@ class ForgetReport:
         return sum(n for kind, n in self.removed.items() if kind != "sessions")
 
     def __str__(self) -> str:
-        counts = ", ".join(f"{n} {kind.replace('_', ' ')}" for kind, n in self.removed.items())
+        counts = ", ".join(f"{n} {kind.replace('_', ' ')}" for kind, n in self.removed.items() if n)
         return f"forgot user {self.user!r}: removed {counts or 'nothing'}"
 
 
 def default_erasers() -> list[Eraser]:
-    """The vault first (its entries are found by session id), then the sessions."""
-    return [VaultEraser(), SessionEraser()]
+    """The user's key first (crypto-shredding), the vault (found by session id), sessions."""
+    from memstack.governance.shred import UserKeyEraser
+
+    return [UserKeyEraser(), VaultEraser(), SessionEraser()]
 
 
 async def forget(

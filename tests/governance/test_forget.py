@@ -58,7 +58,7 @@ async def _everything_stored(wide: WholeStore, store: Store) -> list[str]:
     if isinstance(wide, SqlWholeStore):
         rows: list[str] = []
         t = wide.tables
-        for table in (t.sessions, t.messages, t.vault, t.audit):
+        for table in (t.sessions, t.messages, t.vault, t.audit, t.user_keys):
 
             def dump(table: str = table) -> Any:
                 return (yield Query(f"SELECT * FROM {table}"))
@@ -98,7 +98,7 @@ async def test_forget_user_leaves_no_row_and_keeps_everyone_else(store: Store) -
 
     trail = AuditTrail(wide, key=AUDIT_KEY, actor="dpo@example")
     report = await forget(wide, ann, audit=trail)
-    assert report.removed == {"vault_entries": 2, "sessions": 2, "items": 8}
+    assert report.removed == {"user_keys": 0, "vault_entries": 2, "sessions": 2, "items": 8}
     assert report.audit is not None and report.audit.scope == trail.pseudonym(f"user:{ann}")
 
     after = await _everything_stored(wide, store)
@@ -116,6 +116,7 @@ async def test_forget_user_leaves_no_row_and_keeps_everyone_else(store: Store) -
     with pytest.raises(UnknownUserError, match="nothing removed"):
         await forget(wide, ann)
     assert (await forget(wide, ann, missing_ok=True)).removed == {
+        "user_keys": 0,
         "vault_entries": 0,
         "sessions": 0,
         "items": 0,
