@@ -21,6 +21,7 @@ def test_every_planted_value_is_found_whole(i: int) -> None:
     "text",
     [
         "order 4111 1111 1111 1112",  # fails Luhn
+        "id 126520626465856",  # passes Luhn, but no card starts with 1
         "GB00 WEST 1234 5698 7654 32",  # wrong IBAN check digits
         "std::vector<int> and a::b",  # C++, not IPv6
         "at 12:30:45 on 2024-01-15",  # times and dates
