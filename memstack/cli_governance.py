@@ -15,6 +15,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
+from memstack.cli_table import table
 from memstack.governance.jobs import StoreJobs
 
 __all__ = ["add_commands", "purge_all", "rotate_all"]
@@ -42,12 +43,10 @@ def _counts(counts: Any) -> str:
 
 
 async def cmd_sessions(args: argparse.Namespace) -> int:
-    from memstack.cli import _table
-
     async with _jobs(args) as jobs:
         infos = await jobs.sessions(args.user)
     print(
-        _table(
+        table(
             ["session", "items", "last activity (UTC)"],
             [(info.session_id, info.items, _when(info.last_activity)) for info in infos],
         )
@@ -66,12 +65,10 @@ async def cmd_forget(args: argparse.Namespace) -> int:
 
 
 async def cmd_audit(args: argparse.Namespace) -> int:
-    from memstack.cli import _table
-
     async with _jobs(args) as jobs:
         records = await jobs.audit(args.limit, session=args.session, user=args.user)
     print(
-        _table(
+        table(
             ["time (UTC)", "action", "actor", "scope", "counts", "digest"],
             [
                 (_when(r.at), r.action, r.actor, r.scope, _counts(r.counts), (r.digest or "-")[:16])

@@ -18,7 +18,7 @@ from agents.extensions.memory import RedisSession
 from agents.memory import Session
 
 from memstack.backends.translate import store_errors
-from memstack.backends.whole_store import AuditRow, SessionInfo, WholeStore, as_utc
+from memstack.backends.whole_base import AuditRow, SessionInfo, WholeStore, as_utc
 
 __all__ = ["RedisWholeStore", "is_redis_session"]
 

@@ -18,7 +18,7 @@ from agents.memory import Session, SQLiteSession
 from memstack.backends import sql
 from memstack.backends.sql import Plan, Query
 from memstack.backends.translate import store_errors
-from memstack.backends.whole_store import AuditRow, SessionInfo, WholeStore, as_utc, chunks
+from memstack.backends.whole_base import AuditRow, SessionInfo, WholeStore, as_utc, chunks
 
 __all__ = ["SqlWholeStore", "Tables", "sql_whole_store"]
 

@@ -28,18 +28,17 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from memstack.audit import AuditTrail
+from memstack.backends.adapters import capabilities_of
 from memstack.backends.capabilities import (
     Item,
     Predicate,
     StorageCapabilities,
-    capabilities_of,
     check_replacement,
 )
 from memstack.backends.whole_store import WholeStore, whole_store
 from memstack.base import SessionLayer
 from memstack.crypto.keys import KeyProvider, Keyring, parse_key
 from memstack.errors import CapabilityError, ConfigurationError, ContentBlockedError
-from memstack.history import validate_items
 from memstack.redaction.policy import Redaction, RedactionPolicy
 from memstack.redaction.vault import VaultCipher, vault_tokens
 
@@ -131,7 +130,8 @@ class RedactSession(SessionLayer):
     async def redact(self, items: Sequence[Any]) -> list[dict[str, Any]]:
         """Redact ``items`` for storage: block, seal vaulted originals, audit; return them."""
         name = type(self).__name__
-        done: Redaction = self.policy.apply(validate_items(list(items), layer=name))
+        # The top layer of the stack has validated the batch (memstack.base).
+        done: Redaction = self.policy.apply(list(items))
         if done.blocked:
             counts = dict(Counter(hit.detector for hit in done.blocked))
             what = ", ".join(f"{n} {detector}" for detector, n in sorted(counts.items()))
