@@ -15,7 +15,7 @@ import argparse
 import asyncio
 import json
 import sys
-from collections.abc import Callable, Coroutine, Iterable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +24,7 @@ from agents.memory import Session
 from memstack import __version__
 from memstack.backends.capabilities import READ_ALL
 from memstack.base import SessionLayer, full_history_layer, iter_chain, limit_arg
+from memstack.cli_table import table as _table
 from memstack.errors import ConfigurationError, MemstackError
 from memstack.history import item_type, stored_history, validate_items
 from memstack.progress import progress_bar
@@ -32,17 +33,6 @@ EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 _IMPORT_BATCH = 500
 
 Command = Callable[[argparse.Namespace], Coroutine[Any, Any, int]]
-
-
-def _table(headers: Sequence[str], rows: Iterable[Sequence[object]]) -> str:
-    cells = [list(map(str, headers)), *[list(map(str, row)) for row in rows]]
-    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
-    lines = [
-        "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True))
-        for row in cells
-    ]
-    lines.insert(1, "  ".join("-" * width for width in widths))
-    return "\n".join(line.rstrip() for line in lines)
 
 
 def _open(args: argparse.Namespace) -> Session:
@@ -158,6 +148,10 @@ async def _layer_operation(args: argparse.Namespace, method: str, done: str) -> 
 
 
 async def cmd_purge(args: argparse.Namespace) -> int:
+    if args.all:
+        from memstack.cli_governance import purge_all
+
+        return await purge_all(args)
     if args.older_than:
         return await _purge_by_store_time(args)
     return await _layer_operation(
@@ -214,6 +208,10 @@ async def cmd_repair(args: argparse.Namespace) -> int:
 
 
 async def cmd_rotate(args: argparse.Namespace) -> int:
+    if args.all:
+        from memstack.cli_governance import rotate_all
+
+        return await rotate_all(args)
     return await _layer_operation(
         args, "rotate", "re-encrypted {count} items of session {session!r} under the active key"
     )
@@ -222,14 +220,14 @@ async def cmd_rotate(args: argparse.Namespace) -> int:
 async def cmd_adopt(args: argparse.Namespace) -> int:
     """Bring the recipe's layers onto history written before them: one session, or all."""
     from memstack.adoption import adopt_stack
-    from memstack.backends.sessions import session_ids
+    from memstack.backends.whole_store import whole_store
     from memstack.recipes import load_recipe
 
     recipe = load_recipe(args.recipe, **({"url": args.url} if args.url else {}))
     if args.all:
         probe = recipe.open_store("memstack-adopt")  # any id: the listing covers the store
         try:
-            ids = await session_ids(probe)
+            ids = [info.session_id for info in await whole_store(probe).list_sessions()]
         finally:
             await _close(probe)
     else:
@@ -339,12 +337,17 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--debug", action="store_true", help="show tracebacks on errors")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    def add(name: str, handler: Command, help: str, *, session: bool = True) -> Any:
+    def add(
+        name: str, handler: Command, help: str, *, session: bool = True, every: bool = False
+    ) -> Any:
         sub = commands.add_parser(name, help=help, description=help)
         sub.set_defaults(handler=handler)
         if session:
             sub.add_argument("recipe", help="recipe file (TOML)")
-            sub.add_argument("--session", required=True, help="session id")
+            which = sub.add_mutually_exclusive_group(required=True) if every else sub
+            which.add_argument("--session", required=not every, help="session id")
+            if every:
+                which.add_argument("--all", action="store_true", help="every session of the store")
             sub.add_argument("--url", help="store URL, overriding the recipe's")
         return sub
 
@@ -366,14 +369,19 @@ def _parser() -> argparse.ArgumentParser:
             sub.add_argument("--limit", type=int, help="show only the last N items of the view")
     repair = add("repair", cmd_repair, "show (and remove) stored values that are not items")
     repair.add_argument("--remove", action="store_true", help="delete them from the store")
-    purge = add("purge", cmd_purge, "delete a session's expired items now (TTL layer)")
+    purge = add("purge", cmd_purge, "delete a session's expired items now (TTL layer)", every=True)
     purge.add_argument(
         "--older-than",
         metavar="AGE",
         help="instead, delete rows the store wrote over AGE ago (e.g. 30d), reading no item: "
         "no key needed; SQL stores only",
     )
-    add("rotate", cmd_rotate, "re-encrypt a session under the active key (Encrypted layer)")
+    add(
+        "rotate",
+        cmd_rotate,
+        "re-encrypt a session under the active key (Encrypted layer)",
+        every=True,
+    )
     adopt = add(
         "adopt",
         cmd_adopt,
@@ -398,6 +406,9 @@ def _parser() -> argparse.ArgumentParser:
     imp = add("import", cmd_import, "add items from a JSON Lines file to a session")
     imp.add_argument("file", help="JSON Lines file, one item per line")
     imp.add_argument("--replace", action="store_true", help="clear the session first")
+    from memstack.cli_governance import add_commands
+
+    add_commands(add)
     demo = add(
         "demo", cmd_demo, "run a multi-turn agent conversation through a stack", session=False
     )

@@ -12,7 +12,9 @@ Every failure memstack can report derives from one root, so applications can cat
     │   ├── CapabilityError       the store cannot do an operation (atomically)
     │   └── StoredItemError       a stored value no layer can read (``memstack repair``)
     ├── DecryptionError           wrong or missing key, tampered or unknown envelope
-    └── SummarizerError           a summariser failed, timed out or answered unusably
+    ├── SummarizerError           a summariser failed, timed out or answered unusably
+    ├── ContentBlockedError       redaction found data its policy blocks; nothing was stored
+    └── UnknownUserError          forget found no session, vault entry or memory of the user
 
 ``CompactionWarning`` (a ``UserWarning``) reports a failed automatic compaction when
 the layer's policy is to warn instead of raise.
@@ -27,12 +29,14 @@ __all__ = [
     "CapabilityError",
     "CompactionWarning",
     "ConfigurationError",
+    "ContentBlockedError",
     "DecryptionError",
     "ItemValidationError",
     "MemstackError",
     "RecipeError",
     "StoredItemError",
     "SummarizerError",
+    "UnknownUserError",
 ]
 
 
@@ -115,6 +119,25 @@ class DecryptionError(MemstackError):
 
 class SummarizerError(MemstackError):
     """A summariser call failed, timed out or returned no usable summary; nothing was stored."""
+
+
+class ContentBlockedError(MemstackError):
+    """Items held data the redaction policy blocks; ``counts`` says what, never the values."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        counts: dict[str, int],
+        layer: str | None = None,
+        session_id: str | None = None,
+    ) -> None:
+        super().__init__(message, layer=layer, session_id=session_id)
+        self.counts = counts
+
+
+class UnknownUserError(MemstackError):
+    """A user to forget has nothing in the store: no session, vault entry or memory."""
 
 
 class CompactionWarning(UserWarning):

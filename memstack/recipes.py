@@ -14,11 +14,14 @@ every other key is an option. Secrets never live in the file: an option that hol
 (``key``, ``password``, …) must be ``{ env = "NAME" }`` or
 ``{ provider = "module:function", … }``; a literal value is refused. Every duration option
 (any option typed ``Seconds``: ``ttl``, ``purge_every``, a strategy's ``timeout``, …) may
-be written ``"30d"``, ``"12h"``, ``"15m"``, ``"90s"``.
+be written ``"30d"``, ``"12h"``, ``"15m"``, ``"90s"``. An optional ``[governance]`` table sets
+whole-store jobs: ``user_sessions`` (which session ids belong to a user, default
+``"{user}:{thread}"``), ``audit_key`` (a secret reference) and ``actor``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import tomllib
 from collections.abc import Mapping
@@ -37,8 +40,19 @@ from memstack.stack import LAYERS, LayerSpec, build_stack, check_options, resolv
 __all__ = ["Recipe", "from_recipe", "load_recipe", "parse_duration"]
 
 SECRET_OPTIONS = frozenset(
-    {"key", "keys", "keyring", "password", "secret", "api_key", "legacy_sdk_key"}
+    {
+        "key",
+        "keys",
+        "keyring",
+        "password",
+        "secret",
+        "api_key",
+        "legacy_sdk_key",
+        "hash_key",
+        "audit_key",
+    }
 )
+GOVERNANCE_FIELDS = ("user_sessions", "audit_key", "actor")
 
 
 @dataclass(frozen=True)
@@ -49,6 +63,7 @@ class Recipe:
     url: str
     backend_options: Mapping[str, Any]
     layers: tuple[LayerSpec, ...]
+    governance: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
     def build(self, session_id: str) -> Session:
         """Open the store for ``session_id`` and stack the layers over it."""
@@ -84,7 +99,7 @@ class Recipe:
         self._stack_over(InMemorySession("recipe-validation"), resolve=resolve)
         if resolve:
             return []
-        tables = [("[backend]", self.backend_options)]
+        tables = [("[backend]", self.backend_options), ("[governance]", self.governance)]
         tables += [(_where(i, spec.layer), spec.options) for i, spec in enumerate(self.layers)]
         return [
             f"{where}.{field}: {_shown(value)}"
@@ -114,6 +129,13 @@ class Recipe:
             except ConfigurationError as exc:
                 raise RecipeError(f"{self.source}: {where}: {exc}") from exc
         return session
+
+    def governance_options(self) -> dict[str, Any]:
+        """The ``[governance]`` table with its secret references resolved."""
+        return {
+            name: _resolve_secret(value, source=self.source, where="[governance]", field=name)
+            for name, value in self.governance.items()
+        }
 
     def describe(self) -> str:
         """The chain bottom to top, as ``repr`` of a built stack would show it."""
@@ -243,11 +265,11 @@ def load_recipe(recipe: str | Path | Mapping[str, Any], **overrides: Any) -> Rec
             raise RecipeError(f"{source}: no such recipe file") from exc
         except tomllib.TOMLDecodeError as exc:
             raise RecipeError(f"{source}: not valid TOML: {exc}") from exc
-    unknown = sorted(set(data) - {"backend", "layers", "description"})
+    unknown = sorted(set(data) - {"backend", "layers", "description", "governance"})
     if unknown:
         raise RecipeError(
             f"{source}: unknown top-level key(s) {', '.join(unknown)}; "
-            "allowed: backend, layers, description"
+            "allowed: backend, layers, description, governance"
         )
     backend = dict(data.get("backend") or {})
     url = overrides.pop("url", None) or backend.pop("url", None)
@@ -288,7 +310,23 @@ def load_recipe(recipe: str | Path | Mapping[str, Any], **overrides: Any) -> Rec
         raise RecipeError(
             f"{source}: overrides for layers not in the recipe: {', '.join(leftover)}"
         )
-    return Recipe(source, url, backend_options, tuple(specs))
+    return Recipe(source, url, backend_options, tuple(specs), _governance(data, source))
+
+
+def _governance(data: Mapping[str, Any], source: str) -> dict[str, Any]:
+    table = data.get("governance") or {}
+    if not isinstance(table, Mapping):
+        raise RecipeError(f"{source}: 'governance' must be a table ([governance])")
+    unknown = sorted(set(table) - set(GOVERNANCE_FIELDS))
+    if unknown:
+        raise RecipeError(
+            f"{source}: [governance]: unknown field(s) {', '.join(unknown)}; "
+            f"allowed: {', '.join(GOVERNANCE_FIELDS)}"
+        )
+    return {
+        name: _check_value(value, source=source, where="[governance]", field=name)
+        for name, value in table.items()
+    }
 
 
 def from_recipe(

@@ -34,6 +34,7 @@ LAYERS: dict[str, str] = {
     "ttl": "memstack.layers.ttl:TTLSession",
     "encrypted": "memstack.layers.encrypted:EncryptedSession",
     "compaction": "memstack.layers.compaction:CompactionSession",
+    "redact": "memstack.layers.redact:RedactSession",
 }
 
 

@@ -31,7 +31,8 @@ CONTRACT_OVERRIDES: dict[str, dict[str, Any]] = {
 
 @pytest.fixture(autouse=True)
 def secrets(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in ("SUPPORT_KEY", "CHAT_KEY_CURRENT", "PII_KEY_CURRENT", "PII_KEY_PREVIOUS"):
+    names = ("SUPPORT_KEY", "CHAT_KEY_CURRENT", "PII_KEY_CURRENT", "PII_KEY_PREVIOUS")
+    for name in (*names, "PII_AUDIT_KEY"):
         monkeypatch.setenv(name, generate_key())
     monkeypatch.setenv("OPENAI_API_KEY", "sk-not-used-the-trigger-never-fires-in-these-tests")
 

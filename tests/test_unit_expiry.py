@@ -86,7 +86,8 @@ async def test_every_layer_order_on_every_backend(store: Store, order: tuple[str
 async def test_every_shipped_recipe(
     path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    for name in ("SUPPORT_KEY", "CHAT_KEY_CURRENT", "PII_KEY_CURRENT", "PII_KEY_PREVIOUS"):
+    keys = ("SUPPORT_KEY", "CHAT_KEY_CURRENT", "PII_KEY_CURRENT", "PII_KEY_PREVIOUS")
+    for name in (*keys, "PII_AUDIT_KEY"):
         monkeypatch.setenv(name, generate_key())
     monkeypatch.setenv("OPENAI_API_KEY", "sk-not-used-the-trigger-never-fires-in-these-tests")
     base = load_recipe(path)

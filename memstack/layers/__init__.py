@@ -3,6 +3,7 @@
 from memstack.layers.compaction import CompactionSession
 from memstack.layers.encrypted import EncryptedSession
 from memstack.layers.passthrough import PassthroughSession
+from memstack.layers.redact import RedactSession
 from memstack.layers.ttl import TTLSession, purge_written_before
 from memstack.layers.window import SlidingWindowSession
 
@@ -10,6 +11,7 @@ __all__ = [
     "CompactionSession",
     "EncryptedSession",
     "PassthroughSession",
+    "RedactSession",
     "SlidingWindowSession",
     "TTLSession",
     "purge_written_before",
