@@ -24,7 +24,13 @@ from memstack.history import stored_history
 if TYPE_CHECKING:
     from agents.memory import Session
 
-__all__ = ["READ_ALL", "GenericCapabilities", "Predicate", "StorageCapabilities"]
+__all__ = [
+    "READ_ALL",
+    "GenericCapabilities",
+    "PassingCapabilities",
+    "Predicate",
+    "StorageCapabilities",
+]
 
 Item = dict[str, Any]
 T = TypeVar("T")
@@ -116,6 +122,32 @@ def kept_after_delete(
             return list(items[index:])
         kept.append(item)  # ``matches`` runs once per item: predicates may count or decode
     return kept
+
+
+class PassingCapabilities(StorageCapabilities):
+    """A layer's adapter that passes what it does not change to the store's adapter below.
+
+    Layers that map items one to one (encryption, redaction) count and drop the oldest
+    items exactly as the store does; they override only what must see item content.
+    """
+
+    def __init__(self, session: Session, below: StorageCapabilities) -> None:
+        super().__init__(session)
+        self.below = below
+
+    @property
+    def atomic(self) -> bool:  # type: ignore[override]  # the store's, known per instance
+        return self.below.atomic
+
+    @property
+    def counts_cheaply(self) -> bool:  # type: ignore[override]  # likewise
+        return self.below.counts_cheaply
+
+    async def count(self) -> int:
+        return await self.below.count()
+
+    async def delete_oldest(self, n: int) -> int:
+        return await self.below.delete_oldest(n)
 
 
 class GenericCapabilities(StorageCapabilities):

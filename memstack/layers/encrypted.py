@@ -43,6 +43,7 @@ from agents.memory import Session
 from memstack.backends.adapters import capabilities_of
 from memstack.backends.capabilities import (
     Item,
+    PassingCapabilities,
     Predicate,
     StorageCapabilities,
     check_replacement,
@@ -328,7 +329,7 @@ class EncryptedSession(SessionLayer):
         return options
 
 
-class EncryptedCapabilities(StorageCapabilities):
+class EncryptedCapabilities(PassingCapabilities):
     """The store's capabilities through encryption: seals what goes down, opens what it tests.
 
     ``count`` and ``delete_oldest`` pass through. ``replace_oldest`` seals the new items;
@@ -340,22 +341,7 @@ class EncryptedCapabilities(StorageCapabilities):
     session: EncryptedSession
 
     def __init__(self, session: EncryptedSession) -> None:
-        super().__init__(session)
-        self.below = capabilities_of(session.inner)
-
-    @property
-    def atomic(self) -> bool:  # type: ignore[override]  # the store's, known per instance
-        return self.below.atomic
-
-    @property
-    def counts_cheaply(self) -> bool:  # type: ignore[override]  # likewise
-        return self.below.counts_cheaply
-
-    async def count(self) -> int:
-        return await self.below.count()
-
-    async def delete_oldest(self, n: int) -> int:
-        return await self.below.delete_oldest(n)
+        super().__init__(session, capabilities_of(session.inner))
 
     async def replace_oldest(
         self, n: int, items: Sequence[Item], *, expect: Sequence[Item] | None = None

@@ -31,6 +31,7 @@ from memstack.audit import AuditTrail
 from memstack.backends.adapters import capabilities_of
 from memstack.backends.capabilities import (
     Item,
+    PassingCapabilities,
     Predicate,
     StorageCapabilities,
     check_replacement,
@@ -217,28 +218,13 @@ class RedactSession(SessionLayer):
         return options
 
 
-class RedactCapabilities(StorageCapabilities):
+class RedactCapabilities(PassingCapabilities):
     """The store's capabilities; items a rewrite adds are redacted like ``add_items``'."""
 
     session: RedactSession
 
     def __init__(self, session: RedactSession) -> None:
-        super().__init__(session)
-        self.below = capabilities_of(session.inner)
-
-    @property
-    def atomic(self) -> bool:  # type: ignore[override]  # the store's, known per instance
-        return self.below.atomic
-
-    @property
-    def counts_cheaply(self) -> bool:  # type: ignore[override]  # likewise
-        return self.below.counts_cheaply
-
-    async def count(self) -> int:
-        return await self.below.count()
-
-    async def delete_oldest(self, n: int) -> int:
-        return await self.below.delete_oldest(n)
+        super().__init__(session, capabilities_of(session.inner))
 
     async def replace_oldest(
         self, n: int, items: Sequence[Item], *, expect: Sequence[Item] | None = None
