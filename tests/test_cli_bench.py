@@ -52,7 +52,7 @@ def test_real_summaries_call_the_endpoint(tmp_path: Path):
     assert summary["meta"]["summaries"] == "model"
     names = [row["strategy"] for row in summary["strategies"] if row["kind"] == "memstack"]
     assert names and not any("extractive" in name for name in names)
-    assert "[extractive summaries]" not in result.stdout
+    assert "stand-in summaries]" not in result.stdout
 
 
 def test_without_the_flag_summaries_are_extractive_and_labelled(tmp_path: Path):
@@ -67,7 +67,7 @@ def test_without_the_flag_summaries_are_extractive_and_labelled(tmp_path: Path):
         )
         assert server.bodies(CHAT) == []
     assert result.returncode == 0, result.stderr
-    assert "[extractive summaries]" in result.stdout
+    assert "[extractive stand-in summaries]" in result.stdout
 
 
 def test_real_summaries_without_a_key_fail_before_replaying(tmp_path: Path):

@@ -31,8 +31,8 @@ def test_every_shipped_recipe_validates_without_its_secrets(recipe: Path):
     result = validate(str(recipe))
     assert result.returncode == 0, result.stderr
     assert f"ok: {recipe}" in result.stdout
-    text = recipe.read_text()
-    if "env =" in text or "provider =" in text:
+    text = "\n".join(line.split("#", 1)[0] for line in recipe.read_text().splitlines())
+    if "env =" in text or "provider =" in text:  # a secret reference outside comments
         assert "secrets checked for form only, not read (--resolve reads them):" in result.stdout
 
 
