@@ -32,6 +32,7 @@ LAYERS: dict[str, str] = {
     "ttl": "memstack.layers.ttl:TTLSession",
     "encrypted": "memstack.layers.encrypted:EncryptedSession",
     "compaction": "memstack.layers.compaction:CompactionSession",
+    "memory": "memstack.layers.memory:MemorySession",
 }
 
 

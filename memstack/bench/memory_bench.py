@@ -207,6 +207,11 @@ def _pack_turns(ranked: Sequence[Turn], budget: int, count: Callable[[str], int]
     return chosen
 
 
+def _neighbours(turns: Sequence[Turn], index: int) -> str:
+    """Two turns either side: a reply is found by the words of what it answers."""
+    return " ".join(t.text for t in turns[max(0, index - 2) : index + 3] if t is not turns[index])
+
+
 # -- the run -----------------------------------------------------------------------------
 async def _memstack(
     conversations: Sequence[Conversation], budget: int, count: Callable[[str], int], db: Path
@@ -225,8 +230,9 @@ async def _memstack(
                         source="observed",
                         valid_from=turn.when,
                         provenance=Provenance(session_id=conversation.id, item=turn.dia_id),
+                        context=_neighbours(conversation.turns, index),
                     )
-                    for turn in conversation.turns
+                    for index, turn in enumerate(conversation.turns)
                 ]
             )
             for question in conversation.questions:

@@ -83,6 +83,8 @@ class Memory:
     expires_at: float | None = None
     needs_review: bool = False
     provenance: Provenance = field(default_factory=Provenance)
+    #: Searchable but never shown: the surrounding conversation of an observed turn.
+    context: str | None = None
 
     def is_live(self, *, now: float) -> bool:
         """Not superseded and not expired: the only memories recall returns."""
@@ -111,6 +113,7 @@ class Memory:
             "expires_at": self.expires_at,
             "needs_review": self.needs_review,
             "provenance": self.provenance.as_dict(),
+            "context": self.context,
         }
 
 

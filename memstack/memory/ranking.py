@@ -30,6 +30,7 @@ __all__ = [
     "pack",
     "precedence",
     "precedence_order",
+    "render",
     "render_line",
 ]
 
@@ -89,14 +90,30 @@ def _date(seconds: float) -> str:
 def render_line(memory: Memory) -> str:
     """One compact line: the text, then only the qualifiers that change its meaning."""
     notes = []
-    if memory.valid_from is not None:
-        notes.append(_date(memory.valid_from))
     if memory.source == "inferred":
         notes.append("inferred")
     if memory.needs_review:
         notes.append("not re-verified")
     suffix = f" ({', '.join(notes)})" if notes else ""
     return f"- {memory.text}{suffix}"
+
+
+def date_line(memory: Memory) -> str | None:
+    """The heading of a run of memories valid from one day; dated once, not per line."""
+    return f"{_date(memory.valid_from)}:" if memory.valid_from is not None else None
+
+
+def render(memories: Sequence[Memory], header: str = HEADER) -> str:
+    """The block: header, then memories in the given order, grouped under their dates."""
+    lines = [header] if header else []
+    current: str | None = None
+    for memory in memories:
+        heading = date_line(memory)
+        if heading is not None and heading != current:
+            lines.append(heading)
+        current = heading
+        lines.append(render_line(memory))
+    return "\n".join(lines)
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,23 +133,35 @@ def pack(
     """The best-ranked memories whose rendered block fits ``max_tokens``, in block order.
 
     Greedy by rank, skipping a memory that does not fit and trying smaller ones after it:
-    a long memory never hides several short relevant ones.
+    a long memory never hides several short relevant ones. A day's heading is paid for
+    by the first memory of that day.
     """
     used = count(header) + 1 if header else 0
     chosen: list[Memory] = []
     seen_texts: set[str] = set()
+    dated: set[str] = set()
     for memory in ranked:
         if memory.text in seen_texts:
             continue
+        heading = date_line(memory)
         cost = count(render_line(memory)) + 1
+        if heading is not None and heading not in dated:
+            cost += count(heading) + 1
         if used + cost > max_tokens:
             continue
         chosen.append(memory)
         seen_texts.add(memory.text)
+        if heading is not None:
+            dated.add(heading)
         used += cost
     if not chosen:
         return Packed((), "", 0)
     ordered = precedence_order(chosen)
-    lines = [header] if header else []
-    lines += [render_line(m) for m in ordered]
-    return Packed(tuple(ordered), "\n".join(lines), used)
+    text = render(ordered, header)
+    tokens = count(text)
+    while tokens > max_tokens and len(ordered) > 1:  # joins may tokenise differently
+        worst = chosen.pop()
+        ordered.remove(worst)
+        text = render(ordered, header)
+        tokens = count(text)
+    return Packed(tuple(ordered), text, tokens)

@@ -70,6 +70,9 @@ _STATS_SECONDS = 30.0
 _COMMON_SHARE = 0.2
 _COMMON_MIN = 2_000
 _BATCH = 500
+_OWN_WEIGHT = 2
+# Standing preferences and facts considered for the profile part of a recall.
+_PROFILE = 50
 
 
 @dataclass(frozen=True, slots=True)
@@ -237,6 +240,7 @@ class MemoryStore:
             expires_at=row.expires_at,
             needs_review=bool(row.needs_review),
             provenance=Provenance(**payload.get("provenance", {})),
+            context=payload.get("context"),
         )
 
     def _row_values(self, memory: Memory) -> dict[str, Any]:
@@ -248,6 +252,8 @@ class MemoryStore:
             payload["data"] = dict(memory.data)
         if provenance := memory.provenance.as_dict():
             payload["provenance"] = provenance
+        if memory.context:
+            payload["context"] = memory.context
         return {
             "id": memory.id,
             "scope": memory.scope,
@@ -267,14 +273,17 @@ class MemoryStore:
             "last_verified_at": memory.last_verified_at,
             "expires_at": memory.expires_at,
             "needs_review": memory.needs_review,
-            "length": len(terms(memory.text)),
+            "length": _OWN_WEIGHT * len(terms(memory.text)) + len(terms(memory.context or "")),
             "kid": kid,
             "payload": self.cipher.seal(memory.scope, payload),
         }
 
     def _postings(self, memory: Memory) -> list[dict[str, Any]]:
         kid = self.cipher.active_kid
-        counts = term_counts(memory.text)
+        # The memory's own words count double; its context's words once.
+        counts = {term: _OWN_WEIGHT * tf for term, tf in term_counts(memory.text).items()}
+        for term, tf in term_counts(memory.context or "").items():
+            counts[term] = counts.get(term, 0) + tf
         length = sum(counts.values())
         postings: dict[int, dict[str, Any]] = {}
         for term, tf in counts.items():
@@ -328,6 +337,7 @@ class MemoryStore:
         expires_at: float | None = None,
         verified: bool = False,
         provenance: Provenance | None = None,
+        context: str | None = None,
         actor: str = "api",
     ) -> Memory:
         """Store one memory; an explicit one with a ``key`` supersedes that key's older ones.
@@ -349,6 +359,7 @@ class MemoryStore:
                     expires_at=expires_at,
                     verified=verified,
                     provenance=provenance,
+                    context=context,
                 )
             ],
             actor=actor,
@@ -369,6 +380,7 @@ class MemoryStore:
         expires_at: float | None = None,
         verified: bool = False,
         provenance: Provenance | None = None,
+        context: str | None = None,
     ) -> Memory:
         """A validated, not yet stored memory (for ``remember_many``)."""
         _check_scope(scope)
@@ -396,6 +408,7 @@ class MemoryStore:
             expires_at=expires_at,
             last_verified_at=now if verified else None,
             provenance=provenance or Provenance(),
+            context=context or None,
         )
 
     async def remember_many(self, memories: Sequence[Memory], *, actor: str = "api") -> list[Memory]:
@@ -675,15 +688,33 @@ class MemoryStore:
         max_tokens: int = 500,
         kinds: Sequence[str] | None = None,
         header: str | None = None,
+        profile: bool = False,
     ) -> Recall:
-        """Memories relevant to ``query`` whose rendered block fits ``max_tokens``."""
+        """Memories relevant to ``query`` whose rendered block fits ``max_tokens``.
+
+        With ``profile=True`` the budget left over is filled with the scope's standing
+        preferences and facts (explicit first), so a turn with no matching words still
+        sees who the user is.
+        """
         if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
             raise ConfigurationError(
                 f"max_tokens must be an int >= 1, not {max_tokens!r}", layer=_LAYER
             )
         ranked = [m for m, _ in await self.search(scope, query, limit=_CANDIDATES, kinds=kinds)]
+        if profile:
+            ranked += await self._profile(scope, exclude={m.id for m in ranked})
         packed = self._pack(ranked, max_tokens, header)
         return Recall(packed.memories, packed.text, packed.tokens)
+
+    async def _profile(self, scope: str, *, exclude: set[str]) -> list[Memory]:
+        m = self.tables.memories
+        standing = await self._select(
+            and_(m.c.scope == scope, m.c.kind.in_(("preference", "fact"))), live=True
+        )
+        now = _now_or(self.clock)
+        standing = [memory for memory in standing if memory.id not in exclude]
+        standing.sort(key=lambda x: (-precedence(x, now=now), x.id))
+        return standing[:_PROFILE]
 
     def _pack(self, ranked: Sequence[Memory], max_tokens: int, header: str | None) -> Packed:
         if self._count is None:
