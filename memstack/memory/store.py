@@ -771,14 +771,17 @@ class MemoryStore:
         return len(ids)
 
     async def _scrub(self) -> None:
-        """Make deleted rows' bytes unrecoverable where the database keeps them around."""
+        """Make deleted rows' bytes unrecoverable where the database keeps them around.
+
+        PostgreSQL's plain VACUUM frees dead tuples without zeroing them, so the memories
+        table (the only one holding text) is rewritten with VACUUM FULL; the index table
+        holds digests only and gets a plain VACUUM.
+        """
         if self.engine.dialect.name == "postgresql":
-            names = ", ".join(
-                table.name for table in (self.tables.memories, self.tables.terms)
-            )
             async with self.engine.connect() as conn:
                 auto = await conn.execution_options(isolation_level="AUTOCOMMIT")
-                await auto.execute(text(f"VACUUM {names}"))
+                await auto.execute(text(f"VACUUM FULL {self.tables.memories.name}"))
+                await auto.execute(text(f"VACUUM {self.tables.terms.name}"))
 
     async def purge_expired(self, scope: str, *, actor: str = "expiry") -> int:
         """Hard-delete memories whose expiry has passed (the other way rows leave)."""
