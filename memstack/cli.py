@@ -247,6 +247,11 @@ SCRIPT_BENCHMARKS = ("overhead", "scale", "load", "window", "encrypted", "ttl")
 async def cmd_bench(args: argparse.Namespace) -> int:
     from memstack.bench.tokens_bench import run_tokens_bench
 
+    if args.bench == "memory":
+        from memstack.bench.memory_bench import run_memory_bench
+
+        await run_memory_bench([Path(f) for f in args.files], tokens=args.tokens, out=Path(args.out))
+        return EXIT_OK
     if args.bench != "tokens":
         script = BENCHMARKS / f"bench_{args.bench}.py"
         if not script.exists():
@@ -330,6 +335,13 @@ def _parser() -> argparse.ArgumentParser:
         help="summarise with the recipes' model (needs OPENAI_API_KEY; costs money); "
         "default: the deterministic extractive summariser, labelled as such",
     )
+    memory = which.add_parser("memory", help="LoCoMo evidence recall of long-term memory")
+    memory.add_argument("files", nargs="*", help="LoCoMo JSONL (default: locomo_dev.jsonl)")
+    memory.add_argument("--tokens", type=int, default=1000, help="injected token budget")
+    memory.add_argument("--out", default="bench-memory", help="directory for JSON/table/PNG")
+    from memstack.memory.cli import add_memory_commands
+
+    add_memory_commands(commands)
     for name in SCRIPT_BENCHMARKS:
         which.add_parser(name, help=f"run benchmarks/bench_{name}.py (its own options follow)")
     return parser

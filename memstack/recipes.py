@@ -22,7 +22,7 @@ import os
 import re
 import tomllib
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 from importlib import import_module
 from pathlib import Path
@@ -51,6 +51,8 @@ class Recipe:
     url: str
     backend_options: Mapping[str, Any]
     layers: tuple[LayerSpec, ...]
+    #: The ``[memory]`` table: a long-term ``MemoryStore`` (``url``, ``key``/``keyring``, …).
+    memory: Mapping[str, Any] = field(default_factory=dict)
 
     def build(self, session_id: str) -> Session:
         """Open the store for ``session_id`` and stack the layers over it."""
@@ -75,11 +77,31 @@ class Recipe:
                 field: _resolve_secret(value, source=self.source, where=where, field=field)
                 for field, value in spec.options.items()
             }
+            if spec.layer == "memory" and "store" not in options:
+                options["store"] = self.open_memory()
             try:
                 session = build_stack(session, [LayerSpec(spec.layer, options)])
             except ConfigurationError as exc:
                 raise RecipeError(f"{self.source}: {_where(index, spec.layer)}: {exc}") from exc
         return session
+
+    def open_memory(self) -> Any:
+        """The ``MemoryStore`` of the ``[memory]`` table (secrets resolved now)."""
+        from memstack.memory import MemoryStore
+
+        if not self.memory:
+            raise RecipeError(f"{self.source}: no [memory] table (needed by the memory layer)")
+        options = {
+            key: _resolve_secret(value, source=self.source, where="[memory]", field=key)
+            for key, value in self.memory.items()
+        }
+        url = options.pop("url", None)
+        if not isinstance(url, str) or not url:
+            raise RecipeError(f"{self.source}: [memory]: field 'url' is required (a SQL URL)")
+        try:
+            return MemoryStore.from_url(url, **options)
+        except (ConfigurationError, TypeError) as exc:
+            raise RecipeError(f"{self.source}: [memory]: {exc}") from exc
 
     def validate(self) -> None:
         """Construct every layer over an in-memory store: checks option values offline."""
@@ -196,12 +218,16 @@ def load_recipe(recipe: str | Path | Mapping[str, Any], **overrides: Any) -> Rec
             raise RecipeError(f"{source}: no such recipe file") from exc
         except tomllib.TOMLDecodeError as exc:
             raise RecipeError(f"{source}: not valid TOML: {exc}") from exc
-    unknown = sorted(set(data) - {"backend", "layers", "description"})
+    unknown = sorted(set(data) - {"backend", "layers", "description", "memory"})
     if unknown:
         raise RecipeError(
             f"{source}: unknown top-level key(s) {', '.join(unknown)}; "
-            "allowed: backend, layers, description"
+            "allowed: backend, layers, memory, description"
         )
+    memory = {
+        key: _check_value(value, source=source, where="[memory]", field=key)
+        for key, value in dict(data.get("memory") or {}).items()
+    }
     backend = dict(data.get("backend") or {})
     url = overrides.pop("url", None) or backend.pop("url", None)
     backend.pop("url", None)
@@ -246,7 +272,7 @@ def load_recipe(recipe: str | Path | Mapping[str, Any], **overrides: Any) -> Rec
         raise RecipeError(
             f"{source}: overrides for layers not in the recipe: {', '.join(leftover)}"
         )
-    return Recipe(source, url, backend_options, tuple(specs))
+    return Recipe(source, url, backend_options, tuple(specs), memory)
 
 
 def from_recipe(

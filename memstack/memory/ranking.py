@@ -141,7 +141,7 @@ def pack(
     seen_texts: set[str] = set()
     dated: set[str] = set()
     for memory in ranked:
-        if memory.text in seen_texts:
+        if memory.text.casefold() in seen_texts:
             continue
         heading = date_line(memory)
         cost = count(render_line(memory)) + 1
@@ -150,7 +150,7 @@ def pack(
         if used + cost > max_tokens:
             continue
         chosen.append(memory)
-        seen_texts.add(memory.text)
+        seen_texts.add(memory.text.casefold())
         if heading is not None:
             dated.add(heading)
         used += cost
