@@ -11,7 +11,8 @@ Every failure memstack can report derives from one root, so applications can cat
     ├── BackendError              the store failed or is unreachable
     │   └── CapabilityError       the store cannot do an operation (atomically)
     ├── DecryptionError           wrong or missing key, tampered or unknown envelope
-    └── SummarizerError           a summariser failed, timed out or answered unusably
+    ├── SummarizerError           a summariser failed, timed out or answered unusably
+    └── DistillationError         a memory extractor failed or answered unusably
 
 ``CompactionWarning`` (a ``UserWarning``) reports a failed automatic compaction when
 the layer's policy is to warn instead of raise.
@@ -27,6 +28,7 @@ __all__ = [
     "CompactionWarning",
     "ConfigurationError",
     "DecryptionError",
+    "DistillationError",
     "ItemValidationError",
     "MemstackError",
     "RecipeError",
@@ -94,3 +96,7 @@ class SummarizerError(MemstackError):
 
 class CompactionWarning(UserWarning):
     """An automatic compaction failed and history was left uncompacted (``on_error="warn"``)."""
+
+
+class DistillationError(MemstackError):
+    """A memory extractor failed or returned no usable answer; nothing was stored."""
