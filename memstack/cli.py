@@ -250,7 +250,8 @@ async def cmd_bench(args: argparse.Namespace) -> int:
     if args.bench == "memory":
         from memstack.bench.memory_bench import run_memory_bench
 
-        await run_memory_bench([Path(f) for f in args.files], tokens=args.tokens, out=Path(args.out))
+        files = [Path(f) for f in args.files]
+        await run_memory_bench(files, tokens=args.tokens, out=Path(args.out))
         return EXIT_OK
     if args.bench != "tokens":
         script = BENCHMARKS / f"bench_{args.bench}.py"

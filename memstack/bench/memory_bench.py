@@ -13,6 +13,7 @@ way: the full conversation, the most recent N tokens, and naive BM25 over the ra
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 import re
@@ -85,7 +86,9 @@ class StrategyScore:
         millis = sorted(self.millis)
         by_category = {
             str(c): round(
-                statistics.mean(f for f, k in zip(self.found, self.categories, strict=True) if k == c),
+                statistics.mean(
+                    f for f, k in zip(self.found, self.categories, strict=True) if k == c
+                ),
                 4,
             )
             for c in sorted(set(self.categories))
@@ -313,6 +316,12 @@ def _plot(rows: Sequence[dict[str, Any]], path: Path) -> bool:
     return True
 
 
+def _write(out: Path, summary: dict[str, Any], table: str) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+    (out / "table.txt").write_text(table + "\n", encoding="utf-8")
+
+
 async def run_memory_bench(
     files: Sequence[Path] | None, *, tokens: int, out: Path, model: str = "gpt-4o"
 ) -> dict[str, Any]:
@@ -332,10 +341,8 @@ async def run_memory_bench(
         "conversations": len(conversations),
         "strategies": rows,
     }
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
     text = _table(rows)
-    (out / "table.txt").write_text(text + "\n", encoding="utf-8")
+    await asyncio.to_thread(_write, out, summary, text)
     print(text)
     if _plot(rows, out / "evidence_recall.png"):
         print(f"\nwrote {out / 'summary.json'}, {out / 'table.txt'}, {out / 'evidence_recall.png'}")

@@ -8,8 +8,9 @@
     False
     >>> cipher.open("user-42", stored)
     {'text': 'allergic to peanuts'}
-    >>> [d] = cipher.term_digests("user-42", "peanut")
-    >>> d == cipher.term_digests("user-42", "peanut")[0] != cipher.term_digests("user-7", "peanut")[0]
+    >>> [mine] = cipher.term_digests("user-42", "peanut")
+    >>> [theirs] = cipher.term_digests("user-7", "peanut")
+    >>> mine == cipher.term_digests("user-42", "peanut")[0] != theirs
     True
 
 With a key, a memory's text, key name, data and provenance are sealed in the
@@ -180,5 +181,7 @@ class MemoryCipher:
 
 def _digest(index_key: bytes, value: str) -> int:
     if index_key == _UNKEYED:
-        return _signed64(hashlib.blake2b(value.encode("utf-8"), digest_size=8, key=_UNKEYED).digest())
+        return _signed64(
+            hashlib.blake2b(value.encode("utf-8"), digest_size=8, key=_UNKEYED).digest()
+        )
     return _signed64(hmac.digest(index_key, value.encode("utf-8"), "sha256"))

@@ -52,9 +52,7 @@ def _row(memory: Memory) -> str:
 
 
 async def _list(store: MemoryStore, args: argparse.Namespace) -> int:
-    for memory in await store.list_memories(
-        args.scope, kind=args.kind, include_inactive=args.all
-    ):
+    for memory in await store.list_memories(args.scope, kind=args.kind, include_inactive=args.all):
         print(_row(memory))
     return 0
 
@@ -66,7 +64,9 @@ async def _show(store: MemoryStore, args: argparse.Namespace) -> int:
     print(json.dumps(memory.as_dict(), indent=2, ensure_ascii=False))
     print("history:")
     for event in await store.history(args.id):
-        print(f"  {_when(event.at)}  {event.action:<11} by {event.actor}  {json.dumps(event.detail)}")
+        print(
+            f"  {_when(event.at)}  {event.action:<11} by {event.actor}  {json.dumps(event.detail)}"
+        )
     return 0
 
 

@@ -89,13 +89,55 @@ _RULES: tuple[tuple[re.Pattern[str], str, str, str | None, str], ...] = tuple(
             None,
             "{x}",
         ),
-        (r"\bmy name is (?P<x>[\w' -]+?)" + _END, "fact", "explicit", "name", "The user's name is {x}"),
-        (r"\bcall me (?P<x>[\w' -]+?)" + _END, "preference", "explicit", "name", "The user wants to be called {x}"),
-        (r"\bI (?:live in|am from|'m from) (?P<x>[\w' ,-]+?)" + _END, "fact", "explicit", "home", "The user lives in {x}"),
-        (r"\bI work (?P<x>(?:as|at|for) [\w' ,-]+?)" + _END, "fact", "explicit", "work", "The user works {x}"),
-        (r"\bI(?: really)? (?P<v>prefer|like|love|enjoy) (?P<x>.+?)" + _END, "preference", "explicit", None, "The user {v}s {x}"),
-        (r"\bI (?:don't|do not|can't stand|hate|dislike) (?:like )?(?P<x>.+?)" + _END, "preference", "explicit", None, "The user dislikes {x}"),
-        (r"\bI(?: am|'m) allergic to (?P<x>.+?)" + _END, "fact", "explicit", None, "The user is allergic to {x}"),
+        (
+            r"\bmy name is (?P<x>[\w' -]+?)" + _END,
+            "fact",
+            "explicit",
+            "name",
+            "The user's name is {x}",
+        ),
+        (
+            r"\bcall me (?P<x>[\w' -]+?)" + _END,
+            "preference",
+            "explicit",
+            "name",
+            "The user wants to be called {x}",
+        ),
+        (
+            r"\bI (?:live in|am from|'m from) (?P<x>[\w' ,-]+?)" + _END,
+            "fact",
+            "explicit",
+            "home",
+            "The user lives in {x}",
+        ),
+        (
+            r"\bI work (?P<x>(?:as|at|for) [\w' ,-]+?)" + _END,
+            "fact",
+            "explicit",
+            "work",
+            "The user works {x}",
+        ),
+        (
+            r"\bI(?: really)? (?P<v>prefer|like|love|enjoy) (?P<x>.+?)" + _END,
+            "preference",
+            "explicit",
+            None,
+            "The user {v}s {x}",
+        ),
+        (
+            r"\bI (?:don't|do not|can't stand|hate|dislike) (?:like )?(?P<x>.+?)" + _END,
+            "preference",
+            "explicit",
+            None,
+            "The user dislikes {x}",
+        ),
+        (
+            r"\bI(?: am|'m) allergic to (?P<x>.+?)" + _END,
+            "fact",
+            "explicit",
+            None,
+            "The user is allergic to {x}",
+        ),
         (
             r"^(?:no|nope|wrong|that's (?:wrong|not right|incorrect))[,.!]+\s*(?P<x>.+?)" + _END,
             "note",
@@ -103,7 +145,13 @@ _RULES: tuple[tuple[re.Pattern[str], str, str, str | None, str], ...] = tuple(
             None,
             "Correction from the user: {x}",
         ),
-        (r"\bactually,?\s+(?P<x>.+?)" + _END, "note", "feedback", None, "Correction from the user: {x}"),
+        (
+            r"\bactually,?\s+(?P<x>.+?)" + _END,
+            "note",
+            "feedback",
+            None,
+            "Correction from the user: {x}",
+        ),
     )
 )
 
@@ -275,7 +323,9 @@ class LLMExtractor:
                 layer="LLMExtractor",
             ) from exc
         choices = getattr(response, "choices", None)
-        content = getattr(getattr(choices[0], "message", None), "content", None) if choices else None
+        content = (
+            getattr(getattr(choices[0], "message", None), "content", None) if choices else None
+        )
         if not isinstance(content, str):
             raise DistillationError(
                 f"{self.model}: the response has no text content; nothing stored",

@@ -148,6 +148,8 @@ def pack(
         if heading is not None and heading not in dated:
             cost += count(heading) + 1
         if used + cost > max_tokens:
+            if max_tokens - used < 8:  # no memory line is that short: the block is full
+                break
             continue
         chosen.append(memory)
         seen_texts.add(memory.text.casefold())

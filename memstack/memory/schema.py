@@ -9,7 +9,7 @@
 ``memories`` holds one row per memory: the fields precedence and filtering read stay in
 columns; text, key name, structured data and provenance sit in ``payload`` (sealed when
 the store has a key). ``terms`` is the search index: one row per (scope, term digest,
-memory) with the term's frequency and the memory's length, for BM25. ``events`` is the
+memory) with the term's BM25 impact, indexed in impact order. ``events`` is the
 audit trail; it never holds memory text. ``meta`` records the schema version.
 """
 
@@ -85,8 +85,8 @@ def tables(prefix: str = "memstack_memor") -> Tables:
         Column("scope", String(_SCOPE), primary_key=True),
         Column("term", BigInteger, primary_key=True, autoincrement=False),
         Column("memory_id", String(_ID), primary_key=True),
-        Column("tf", Integer, nullable=False),
-        Column("length", Integer, nullable=False),
+        Column("impact", Double, nullable=False),
+        Index(f"ix_{prefix}y_terms_impact", "scope", "term", "impact"),
         Index(f"ix_{prefix}y_terms_memory", "memory_id"),
     )
     events = Table(

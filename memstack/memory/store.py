@@ -21,14 +21,16 @@ an audit event that never contains memory text.
 
 from __future__ import annotations
 
+import heapq
 import json
 import time
+from collections import defaultdict
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import and_, case, delete, event, func, insert, or_, select, text, update
+from sqlalchemy import and_, delete, event, func, insert, or_, select, text, union_all, update
 from sqlalchemy.engine import Row
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 from sqlalchemy.pool import StaticPool
@@ -49,7 +51,7 @@ from memstack.memory.models import (
 )
 from memstack.memory.ranking import BM25, Packed, pack, precedence
 from memstack.memory.schema import SCHEMA_VERSION, Tables, tables
-from memstack.memory.text import term_counts, terms
+from memstack.memory.text import term_counts
 
 __all__ = ["MemoryStore", "Recall"]
 
@@ -66,13 +68,17 @@ _DEFAULT_CONFIDENCE = {"explicit": 1.0, "feedback": 0.9, "observed": 0.8, "infer
 _CANDIDATES = 200
 # Statistics for BM25 (memory count, mean length) are cached this long per scope.
 _STATS_SECONDS = 30.0
-# Terms matching more than this share of a large scope add cost but almost no ranking signal.
-_COMMON_SHARE = 0.2
-_COMMON_MIN = 2_000
 _BATCH = 500
-_OWN_WEIGHT = 2
+_OWN_WEIGHT = 3
+# Postings read per query term, best impact first, and the cap on counting a term's
+# document frequency: beyond these a term is so common that it barely ranks.
+_POSTINGS_PER_TERM = 1_000
+_DF_CAP = 5_000
+# A scope with this many memories has a stable mean length for BM25 normalisation.
+_STABLE_STATS = 1_000
 # Standing preferences and facts considered for the profile part of a recall.
 _PROFILE = 50
+_TOKEN_CACHE = 50_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,7 +140,7 @@ class MemoryStore:
         table_prefix: str = "memstack_memor",
         clock: Callable[[], float] = time.time,
         count_tokens: Callable[[str], int] | None = None,
-        bm25: BM25 = BM25(),
+        bm25: BM25 | None = None,
     ) -> None:
         if not isinstance(engine, AsyncEngine):
             raise ConfigurationError(
@@ -147,10 +153,11 @@ class MemoryStore:
         self.tables: Tables = tables(table_prefix)
         self.create_tables = create_tables
         self.clock = clock
-        self.bm25 = bm25
+        self.bm25 = bm25 or BM25()
         self._count = count_tokens
         self._ready = False
         self._stats: dict[str, tuple[int, float, float]] = {}
+        self._token_cache: dict[str, int] = {}
         if engine.dialect.name == "sqlite":
             # Deleted memories are overwritten with zeros in the file, not left in free pages.
             event.listen(engine.sync_engine, "connect", _sqlite_secure_delete)
@@ -273,18 +280,22 @@ class MemoryStore:
             "last_verified_at": memory.last_verified_at,
             "expires_at": memory.expires_at,
             "needs_review": memory.needs_review,
-            "length": _OWN_WEIGHT * len(terms(memory.text)) + len(terms(memory.context or "")),
+            "length": sum(_weighted_terms(memory).values()),
             "kid": kid,
             "payload": self.cipher.seal(memory.scope, payload),
         }
 
-    def _postings(self, memory: Memory) -> list[dict[str, Any]]:
+    def _postings(self, memory: Memory, mean_length: float) -> list[dict[str, Any]]:
+        """Index rows: each term's BM25 impact, computed once at write time.
+
+        Storing the impact (not tf and length) lets recall read each term's best postings
+        from an index in impact order, and stop early for common terms.
+        """
         kid = self.cipher.active_kid
-        # The memory's own words count double; its context's words once.
-        counts = {term: _OWN_WEIGHT * tf for term, tf in term_counts(memory.text).items()}
-        for term, tf in term_counts(memory.context or "").items():
-            counts[term] = counts.get(term, 0) + tf
+        counts = _weighted_terms(memory)
         length = sum(counts.values())
+        k1, b = self.bm25.k1, self.bm25.b
+        norm = k1 * (1 - b + b * length / max(mean_length, 1.0))
         postings: dict[int, dict[str, Any]] = {}
         for term, tf in counts.items():
             digest = self.cipher.term_digest(kid, memory.scope, term)
@@ -292,10 +303,18 @@ class MemoryStore:
                 "scope": memory.scope,
                 "term": digest,
                 "memory_id": memory.id,
-                "tf": tf,
-                "length": length,
+                "impact": round(tf * (k1 + 1) / (tf + norm), 4),
             }
         return list(postings.values())
+
+    async def _mean_length(
+        self, conn: AsyncConnection, scope: str, batch: Sequence[Memory]
+    ) -> float:
+        count, mean = await self._scope_stats(conn, scope)
+        if count >= _STABLE_STATS or not batch:
+            return mean
+        lengths = [sum(_weighted_terms(m).values()) for m in batch]
+        return (count * mean + sum(lengths)) / (count + len(lengths))
 
     async def _log(
         self,
@@ -411,7 +430,9 @@ class MemoryStore:
             context=context or None,
         )
 
-    async def remember_many(self, memories: Sequence[Memory], *, actor: str = "api") -> list[Memory]:
+    async def remember_many(
+        self, memories: Sequence[Memory], *, actor: str = "api"
+    ) -> list[Memory]:
         """Store several memories in one transaction (ingestion, distillation)."""
         await self._prepare()
         stored = list(memories)
@@ -422,7 +443,13 @@ class MemoryStore:
                     await conn.execute(
                         insert(self.tables.memories), [self._row_values(m) for m in batch]
                     )
-                    postings = [p for m in batch for p in self._postings(m)]
+                    means = {
+                        scope: await self._mean_length(
+                            conn, scope, [m for m in batch if m.scope == scope]
+                        )
+                        for scope in {m.scope for m in batch}
+                    }
+                    postings = [p for m in batch for p in self._postings(m, means[m.scope])]
                     if postings:
                         await conn.execute(insert(self.tables.terms), postings)
                     await self._log(conn, batch, "remembered", actor)
@@ -513,9 +540,7 @@ class MemoryStore:
     async def keys(self, scope: str) -> list[str]:
         """Keys with a live memory in ``scope``, sorted."""
         m = self.tables.memories
-        found = await self._select(
-            and_(m.c.scope == scope, m.c.key_digest.is_not(None)), live=True
-        )
+        found = await self._select(and_(m.c.scope == scope, m.c.key_digest.is_not(None)), live=True)
         return sorted({memory.key for memory in found if memory.key is not None})
 
     async def delete(self, scope: str, key: str, *, actor: str = "api") -> int:
@@ -545,9 +570,7 @@ class MemoryStore:
     async def _require(self, scope: str, memory_id: str) -> Memory:
         memory = await self.get(scope, memory_id)
         if memory is None:
-            raise ConfigurationError(
-                f"no memory {memory_id!r} in scope {scope!r}", layer=_LAYER
-            )
+            raise ConfigurationError(f"no memory {memory_id!r} in scope {scope!r}", layer=_LAYER)
         return memory
 
     async def list_memories(
@@ -575,9 +598,7 @@ class MemoryStore:
         with self._errors("reading the audit trail"):
             async with self.engine.connect() as conn:
                 rows = (
-                    await conn.execute(
-                        select(e).where(e.c.memory_id == memory_id).order_by(e.c.id)
-                    )
+                    await conn.execute(select(e).where(e.c.memory_id == memory_id).order_by(e.c.id))
                 ).all()
         return [
             Event(row.memory_id, row.scope, row.action, row.actor, row.at, json.loads(row.detail))
@@ -614,7 +635,7 @@ class MemoryStore:
         now = _now_or(self.clock)
         with self._errors("searching memories"):
             async with self.engine.connect() as conn:
-                scored = await self._bm25(conn, scope, query_terms, _CANDIDATES)
+                scored = await self._bm25(conn, scope, query_terms, limit)
                 if not scored:
                     return []
                 m = self.tables.memories
@@ -641,44 +662,59 @@ class MemoryStore:
     async def _bm25(
         self, conn: AsyncConnection, scope: str, query_terms: Mapping[str, int], limit: int
     ) -> dict[str, float]:
+        """BM25 over the impact index: each term's best postings, summed per memory.
+
+        Each term contributes at most ``_POSTINGS_PER_TERM`` postings, read in impact
+        order from an index, so a common word costs a bounded index range, not a scan;
+        its exact document frequency is not needed beyond ``_DF_CAP`` either, where its
+        weight is already negligible.
+        """
         t = self.tables.terms
-        n_docs, mean_length = await self._scope_stats(conn, scope)
+        n_docs, _ = await self._scope_stats(conn, scope)
         if n_docs == 0:
             return {}
         digests: dict[int, str] = {}
         for term in query_terms:
             for digest in self.cipher.term_digests(scope, term):
                 digests[digest] = term
-        df_rows = await conn.execute(
-            select(t.c.term, func.count())
-            .where(t.c.scope == scope, t.c.term.in_(list(digests)))
-            .group_by(t.c.term)
+        capped = [
+            select(t.c.term)
+            .where(t.c.scope == scope, t.c.term == digest)
+            .limit(_DF_CAP)
+            .subquery()
+            for digest in digests
+        ]
+        counts = union_all(
+            *(select(sub.c.term, func.count().label("df")).group_by(sub.c.term) for sub in capped)
         )
         df_by_term: dict[str, int] = {}
-        df_by_digest: dict[int, int] = {}
-        for digest, df in df_rows:
-            df_by_digest[digest] = df
+        found: list[int] = []
+        for digest, df in await conn.execute(counts):
+            found.append(digest)
             df_by_term[digests[digest]] = df_by_term.get(digests[digest], 0) + df
-        common = max(_COMMON_MIN, int(n_docs * _COMMON_SHARE))
-        weights = {
-            digest: self.bm25.idf(df_by_term[term], n_docs) * query_terms[term]
-            for digest, term in digests.items()
-            if digest in df_by_digest and df_by_term[term] <= common
-        }
-        if not weights:
+        if not found:
             return {}
-        k1, b = self.bm25.k1, self.bm25.b
-        weight = case(*((t.c.term == d, w) for d, w in weights.items()), else_=0.0)
-        norm = t.c.tf * (k1 + 1) / (t.c.tf + k1 * (1 - b + b * t.c.length / mean_length))
-        score = func.sum(weight * norm).label("score")
+        weights = {
+            digest: self.bm25.idf(min(df_by_term[digests[digest]], n_docs), n_docs)
+            * query_terms[digests[digest]]
+            for digest in found
+        }
+        best = [
+            select(t.c.memory_id, t.c.term, t.c.impact)
+            .where(t.c.scope == scope, t.c.term == digest)
+            .order_by(t.c.impact.desc())
+            .limit(_POSTINGS_PER_TERM)
+            .subquery()
+            for digest in found
+        ]
         rows = await conn.execute(
-            select(t.c.memory_id, score)
-            .where(t.c.scope == scope, t.c.term.in_(list(weights)))
-            .group_by(t.c.memory_id)
-            .order_by(score.desc(), t.c.memory_id)
-            .limit(limit)
+            union_all(*(select(sub.c.memory_id, sub.c.term, sub.c.impact) for sub in best))
         )
-        return {memory_id: float(value) for memory_id, value in rows}
+        scores: dict[str, float] = defaultdict(float)
+        for memory_id, digest, impact in rows:
+            scores[memory_id] += weights[digest] * impact
+        top = heapq.nsmallest(limit, scores.items(), key=lambda pair: (-pair[1], pair[0]))
+        return dict(top)
 
     async def recall(
         self,
@@ -700,7 +736,9 @@ class MemoryStore:
             raise ConfigurationError(
                 f"max_tokens must be an int >= 1, not {max_tokens!r}", layer=_LAYER
             )
-        ranked = [m for m, _ in await self.search(scope, query, limit=_CANDIDATES, kinds=kinds)]
+        # Enough candidates to fill the budget with short memories, and no more to decode.
+        limit = min(_CANDIDATES, max(20, max_tokens // 8))
+        ranked = [m for m, _ in await self.search(scope, query, limit=limit, kinds=kinds)]
         if profile:
             ranked += await self._profile(scope, exclude={m.id for m in ranked})
         packed = self._pack(ranked, max_tokens, header)
@@ -716,14 +754,23 @@ class MemoryStore:
         standing.sort(key=lambda x: (-precedence(x, now=now), x.id))
         return standing[:_PROFILE]
 
-    def _pack(self, ranked: Sequence[Memory], max_tokens: int, header: str | None) -> Packed:
-        if self._count is None:
-            from memstack.tokens import TokenCounter
+    def _count_tokens(self, text: str) -> int:
+        # Memories are recalled again and again; counting each text once pays off.
+        cached = self._token_cache.get(text)
+        if cached is None:
+            if self._count is None:
+                from memstack.tokens import TokenCounter
 
-            self._count = TokenCounter().count_text
+                self._count = TokenCounter().count_text
+            if len(self._token_cache) >= _TOKEN_CACHE:
+                self._token_cache.clear()
+            cached = self._token_cache[text] = self._count(text)
+        return cached
+
+    def _pack(self, ranked: Sequence[Memory], max_tokens: int, header: str | None) -> Packed:
         if header is None:
-            return pack(ranked, max_tokens=max_tokens, count=self._count)
-        return pack(ranked, max_tokens=max_tokens, count=self._count, header=header)
+            return pack(ranked, max_tokens=max_tokens, count=self._count_tokens)
+        return pack(ranked, max_tokens=max_tokens, count=self._count_tokens, header=header)
 
     # -- forgetting ------------------------------------------------------------------------
     async def forget(
@@ -755,7 +802,9 @@ class MemoryStore:
                 ids = list((await conn.execute(select(m.c.id).where(where))).scalars())
                 for start in range(0, len(ids), _BATCH):
                     batch = ids[start : start + _BATCH]
-                    await conn.execute(delete(t).where(t.c.scope == scope, t.c.memory_id.in_(batch)))
+                    await conn.execute(
+                        delete(t).where(t.c.scope == scope, t.c.memory_id.in_(batch))
+                    )
                     await conn.execute(delete(m).where(m.c.id.in_(batch)))
                 whole = memory_id is None and key is None
                 await self._log(
@@ -839,14 +888,22 @@ class MemoryStore:
                             update(m).where(m.c.id == change.memory_id).values(expires_at=now)
                         )
                         await self._log(
-                            conn, [(change.memory_id, scope)], "expired", actor, reason=change.reason
+                            conn,
+                            [(change.memory_id, scope)],
+                            "expired",
+                            actor,
+                            reason=change.reason,
                         )
                     elif change.action == "flag":
                         await conn.execute(
                             update(m).where(m.c.id == change.memory_id).values(needs_review=True)
                         )
                         await self._log(
-                            conn, [(change.memory_id, scope)], "flagged", actor, reason=change.reason
+                            conn,
+                            [(change.memory_id, scope)],
+                            "flagged",
+                            actor,
+                            reason=change.reason,
                         )
         self._stats.pop(scope, None)
         return changes
@@ -879,10 +936,19 @@ class MemoryStore:
                     )
                     await conn.execute(delete(t).where(t.c.memory_id == memory.id))
                     if memory.superseded_at is None:
-                        await conn.execute(insert(t), self._postings(memory))
+                        mean = await self._mean_length(conn, memory.scope, [memory])
+                        await conn.execute(insert(t), self._postings(memory, mean))
                     rotated += 1
                 await self._log(conn, [(r.id, r.scope) for r in rows], "rotated", actor)
         return rotated
+
+
+def _weighted_terms(memory: Memory) -> dict[str, int]:
+    """The memory's own words count three times; its context's words once."""
+    counts = {term: _OWN_WEIGHT * tf for term, tf in term_counts(memory.text).items()}
+    for term, tf in term_counts(memory.context or "").items():
+        counts[term] = counts.get(term, 0) + tf
+    return counts
 
 
 def _sqlite_secure_delete(dbapi_connection: Any, _record: Any) -> None:
@@ -897,4 +963,3 @@ def _check_scope(scope: object) -> None:
             f"scope must be a non-empty string of at most 255 characters, not {scope!r}",
             layer=_LAYER,
         )
-

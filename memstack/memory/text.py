@@ -23,18 +23,18 @@ __all__ = ["STOP_WORDS", "term_counts", "terms"]
 
 _WORD = re.compile(r"[^\W_]+(?:['’][^\W_]+)*")
 
-# Function words that carry no topic; a short list keeps negations and pronouns of
-# people ("she", "he") that questions about a person rely on out of ranking anyway.
-STOP_WORDS = frozenset(
-    """a about above after again against all am an and any are as at be because been before
-    being below between both but by can could did do does doing down during each few for from
-    further had has have having here how i if in into is it its itself just me more most my
-    myself of off on once only or other our ours out over own same so some such than that the
-    their theirs them then there these they this those through to too under until up very was
-    we were what when where which while who whom why will with would you your yours yourself
-    i'm it's that's what's i've you're i'd i'll let's there's he's she's we're they're
-    oh yeah hey hi wow really also got get gonna lot lots much thanks thank so""".split()
-)
+# Function words, filler and the wording of questions ("what kind of", "would … likely"):
+# they carry no topic, only cost. Negations ("not", "no") are kept.
+_STOP = """a about above after again against all am an and any are as at be because been
+before being below between both but by can could did do does doing down during each few for
+from further had has have having here how i if in into is it its itself just me more most my
+myself of off on once only or other our ours out over own same so some such than that the
+their theirs them then there these they this those through to too under until up very was we
+were what when where which while who whom why will with would you your yours yourself i'm
+it's that's what's i've you're i'd i'll let's there's he's she's we're they're oh yeah hey hi
+wow really also got get gonna lot lots much thanks thank likely kind think feel describe way
+ways type types thing things might say"""
+STOP_WORDS = frozenset(_STOP.split())
 
 _stemmer = snowballstemmer.stemmer("english")
 

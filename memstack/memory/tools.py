@@ -26,9 +26,7 @@ __all__ = ["memory_tools"]
 _ACTOR = "agent"
 
 
-def memory_tools(
-    store: MemoryStore, scope: str, *, recall_tokens: int = 800
-) -> list[FunctionTool]:
+def memory_tools(store: MemoryStore, scope: str, *, recall_tokens: int = 800) -> list[FunctionTool]:
     """SDK function tools bound to ``scope``; add them to any ``Agent(tools=...)``."""
 
     @function_tool

@@ -65,7 +65,9 @@ async def test_llm_extractor_with_structured_output() -> None:
     with FakeOpenAI() as server:
         server.chat.append(Text(json.dumps(answer)))
         extractor = LLMExtractor(model="gpt-test", client=server.client())
-        found = await extractor.extract([{"role": "user", "content": "I'm training for a marathon"}])
+        found = await extractor.extract(
+            [{"role": "user", "content": "I'm training for a marathon"}]
+        )
         [body] = server.bodies(CHAT)
     assert [(c.text, c.source, c.item) for c in found] == [
         ("The user is training for a marathon", "explicit", 0),

@@ -10,12 +10,14 @@ from memstack.testing import FakeClock
 from memstack.tokens import TokenCounter
 
 
-async def test_recall_finds_relevant_memories_within_budget(memory: MemoryStore, scope: str) -> None:
+async def test_recall_finds_relevant_memories_within_budget(
+    memory: MemoryStore, scope: str
+) -> None:
     await memory.remember(scope, "Ana is allergic to peanuts", kind="fact")
     await memory.remember(scope, "Ana prefers answers in Portuguese", kind="preference")
     await memory.remember(scope, "Ana's cat is called Miso", kind="fact")
     found = await memory.recall(scope, "Is there anything with peanuts she cannot eat?")
-    assert [m.text for m in found][0] == "Ana is allergic to peanuts"
+    assert found.memories[0].text == "Ana is allergic to peanuts"
     assert "peanuts" in found.text
     assert found.tokens == TokenCounter().count_text(found.text)
 
