@@ -128,6 +128,6 @@ class MemorySession(SessionLayer):
         self, items: list[TResponseInputItem], *, wrapper: RunContextWrapper[Any] | None = None
     ) -> None:
         # A caller that echoes the view back (a session_input_callback) must not store it.
-        kept = [item for item in items if not self._is_ours(item)]  # type: ignore[arg-type]
+        kept = [item for item in items if not self._is_ours(item)]
         if kept or not items:
             await self.inner.add_items(kept, **self.forward(wrapper))

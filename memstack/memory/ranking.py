@@ -66,7 +66,8 @@ def precedence(memory: Memory, *, now: float) -> float:
     if memory.needs_review:
         weight *= 0.8
     age_days = max(0.0, now - memory.updated_at) / _DAY
-    return weight * (0.9 + 0.1 * 0.5 ** (age_days / _HALF_LIFE_DAYS))
+    decay: float = 0.5 ** (age_days / _HALF_LIFE_DAYS)
+    return weight * (0.9 + 0.1 * decay)
 
 
 def precedence_order(memories: Iterable[Memory]) -> list[Memory]:
