@@ -21,11 +21,10 @@ an audit event that never contains memory text.
 
 from __future__ import annotations
 
-import heapq
 import json
 import time
-from collections import defaultdict
 import uuid
+from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -34,6 +33,7 @@ from sqlalchemy import and_, delete, event, func, insert, or_, select, text, uni
 from sqlalchemy.engine import Row
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 from sqlalchemy.pool import StaticPool
+from sqlalchemy.sql import Subquery
 
 from memstack.backends.translate import store_errors
 from memstack.crypto.keys import KeyProvider
@@ -72,8 +72,9 @@ _BATCH = 500
 _OWN_WEIGHT = 3
 # Postings read per query term, best impact first, and the cap on counting a term's
 # document frequency: beyond these a term is so common that it barely ranks.
-_POSTINGS_PER_TERM = 1_000
+_POSTINGS_PER_TERM = 300
 _DF_CAP = 5_000
+_DF_CACHE_SCOPES = 1_000
 # A scope with this many memories has a stable mean length for BM25 normalisation.
 _STABLE_STATS = 1_000
 # Standing preferences and facts considered for the profile part of a recall.
@@ -158,6 +159,7 @@ class MemoryStore:
         self._ready = False
         self._stats: dict[str, tuple[int, float, float]] = {}
         self._token_cache: dict[str, int] = {}
+        self._df: dict[str, dict[int, tuple[int, float]]] = {}
         if engine.dialect.name == "sqlite":
             # Deleted memories are overwritten with zeros in the file, not left in free pages.
             event.listen(engine.sync_engine, "connect", _sqlite_secure_delete)
@@ -457,7 +459,7 @@ class MemoryStore:
                     if memory.key is not None and memory.source == "explicit":
                         await self._supersede_key(conn, memory, actor)
         for scope in {m.scope for m in stored}:
-            self._stats.pop(scope, None)
+            self._forget_stats(scope)
         return stored
 
     async def _supersede_key(self, conn: AsyncConnection, newer: Memory, actor: str) -> None:
@@ -499,7 +501,7 @@ class MemoryStore:
         await self._log(
             conn, [(i, scope) for i in ids], "superseded", actor, superseded_by=by, reason=reason
         )
-        self._stats.pop(scope, None)
+        self._forget_stats(scope)
 
     async def verify(self, scope: str, memory_id: str, *, actor: str = "api") -> Memory:
         """Mark a memory as checked now (procedures re-validated, facts confirmed)."""
@@ -606,6 +608,11 @@ class MemoryStore:
         ]
 
     # -- search ----------------------------------------------------------------------------
+    def _forget_stats(self, scope: str) -> None:
+        """Drop cached statistics of ``scope`` after this process changed it."""
+        self._stats.pop(scope, None)
+        self._df.pop(scope, None)
+
     async def _scope_stats(self, conn: AsyncConnection, scope: str) -> tuple[int, float]:
         now = time.monotonic()
         cached = self._stats.get(scope)
@@ -633,88 +640,116 @@ class MemoryStore:
         if not query_terms:
             return []
         now = _now_or(self.clock)
+        m = self.tables.memories
         with self._errors("searching memories"):
             async with self.engine.connect() as conn:
-                scored = await self._bm25(conn, scope, query_terms, limit)
-                if not scored:
+                ranked = await self._bm25(conn, scope, query_terms, limit)
+                if ranked is None:
                     return []
-                m = self.tables.memories
+                # One round trip: the best postings, summed, joined to their live rows.
                 rows = (
                     await conn.execute(
-                        select(m).where(
-                            m.c.id.in_(list(scored)),
+                        select(m, ranked.c.total)
+                        .join(ranked, ranked.c.memory_id == m.c.id)
+                        .where(
                             m.c.superseded_at.is_(None),
                             or_(m.c.expires_at.is_(None), m.c.expires_at > now),
                         )
                     )
                 ).all()
+        if not rows:
+            return []
         wanted = set(kinds) if kinds else None
+        best = max(float(row.total) for row in rows)
         fused = []
-        best = max(scored.values())
         for row in rows:
             memory = self._to_memory(row)
-            if wanted is not None and memory.kind not in wanted:
-                continue
-            fused.append((memory, scored[memory.id] / best * precedence(memory, now=now)))
+            if wanted is None or memory.kind in wanted:
+                score = float(row.total) / best * precedence(memory, now=now)
+                fused.append((memory, score))
         fused.sort(key=lambda pair: (-pair[1], -pair[0].created_at, pair[0].id))
         return fused[:limit]
 
+    async def _document_frequencies(
+        self, conn: AsyncConnection, scope: str, digests: Sequence[int]
+    ) -> dict[int, int]:
+        """Each digest's document frequency (capped at ``_DF_CAP``), cached like the stats."""
+        now = time.monotonic()
+        known: dict[int, int] = {}
+        missing = []
+        if len(self._df) > _DF_CACHE_SCOPES:
+            self._df.clear()
+        cache = self._df.setdefault(scope, {})
+        for digest in digests:
+            cached = cache.get(digest)
+            if cached is not None and now - cached[1] < _STATS_SECONDS:
+                if cached[0]:
+                    known[digest] = cached[0]
+            else:
+                missing.append(digest)
+        if missing:
+            t = self.tables.terms
+            capped = [
+                select(t.c.term)
+                .where(t.c.scope == scope, t.c.term == digest)
+                .limit(_DF_CAP)
+                .subquery()
+                for digest in missing
+            ]
+            counts = union_all(
+                *(select(sub.c.term, func.count()).group_by(sub.c.term) for sub in capped)
+            )
+            found = {digest: int(df) for digest, df in await conn.execute(counts)}
+            for digest in missing:
+                cache[digest] = (found.get(digest, 0), now)
+            known.update(found)
+        return known
+
     async def _bm25(
         self, conn: AsyncConnection, scope: str, query_terms: Mapping[str, int], limit: int
-    ) -> dict[str, float]:
-        """BM25 over the impact index: each term's best postings, summed per memory.
+    ) -> Subquery | None:
+        """BM25 over the impact index: each term's best postings, summed per memory in SQL.
 
         Each term contributes at most ``_POSTINGS_PER_TERM`` postings, read in impact
         order from an index, so a common word costs a bounded index range, not a scan;
-        its exact document frequency is not needed beyond ``_DF_CAP`` either, where its
-        weight is already negligible.
+        its document frequency is counted up to ``_DF_CAP`` only, where its weight is
+        already small. Returns the query of the best ``limit`` memory ids and their scores
+        (None when no term occurs), for the caller to join to the rows.
         """
         t = self.tables.terms
         n_docs, _ = await self._scope_stats(conn, scope)
         if n_docs == 0:
-            return {}
+            return None
         digests: dict[int, str] = {}
         for term in query_terms:
             for digest in self.cipher.term_digests(scope, term):
                 digests[digest] = term
-        capped = [
-            select(t.c.term)
-            .where(t.c.scope == scope, t.c.term == digest)
-            .limit(_DF_CAP)
+        df_by_digest = await self._document_frequencies(conn, scope, list(digests))
+        if not df_by_digest:
+            return None
+        df_by_term: dict[str, int] = defaultdict(int)
+        for digest, df in df_by_digest.items():
+            df_by_term[digests[digest]] += df
+        best = []
+        for digest in df_by_digest:
+            term = digests[digest]
+            weight = self.bm25.idf(min(df_by_term[term], n_docs), n_docs) * query_terms[term]
+            best.append(
+                select(t.c.memory_id, (t.c.impact * weight).label("score"))
+                .where(t.c.scope == scope, t.c.term == digest)
+                .order_by(t.c.impact.desc())
+                .limit(_POSTINGS_PER_TERM)
+                .subquery()
+            )
+        postings = union_all(*(select(sub.c.memory_id, sub.c.score) for sub in best)).subquery()
+        total = func.sum(postings.c.score).label("total")
+        return (
+            select(postings.c.memory_id, total)
+            .group_by(postings.c.memory_id)
+            .order_by(total.desc(), postings.c.memory_id)
+            .limit(limit)
             .subquery()
-            for digest in digests
-        ]
-        counts = union_all(
-            *(select(sub.c.term, func.count().label("df")).group_by(sub.c.term) for sub in capped)
         )
-        df_by_term: dict[str, int] = {}
-        found: list[int] = []
-        for digest, df in await conn.execute(counts):
-            found.append(digest)
-            df_by_term[digests[digest]] = df_by_term.get(digests[digest], 0) + df
-        if not found:
-            return {}
-        weights = {
-            digest: self.bm25.idf(min(df_by_term[digests[digest]], n_docs), n_docs)
-            * query_terms[digests[digest]]
-            for digest in found
-        }
-        best = [
-            select(t.c.memory_id, t.c.term, t.c.impact)
-            .where(t.c.scope == scope, t.c.term == digest)
-            .order_by(t.c.impact.desc())
-            .limit(_POSTINGS_PER_TERM)
-            .subquery()
-            for digest in found
-        ]
-        rows = await conn.execute(
-            union_all(*(select(sub.c.memory_id, sub.c.term, sub.c.impact) for sub in best))
-        )
-        scores: dict[str, float] = defaultdict(float)
-        for memory_id, digest, impact in rows:
-            scores[memory_id] += weights[digest] * impact
-        top = heapq.nsmallest(limit, scores.items(), key=lambda pair: (-pair[1], pair[0]))
-        return dict(top)
 
     async def recall(
         self,
@@ -737,7 +772,7 @@ class MemoryStore:
                 f"max_tokens must be an int >= 1, not {max_tokens!r}", layer=_LAYER
             )
         # Enough candidates to fill the budget with short memories, and no more to decode.
-        limit = min(_CANDIDATES, max(20, max_tokens // 8))
+        limit = min(_CANDIDATES, max(20, max_tokens // 15))
         ranked = [m for m, _ in await self.search(scope, query, limit=limit, kinds=kinds)]
         if profile:
             ranked += await self._profile(scope, exclude={m.id for m in ranked})
@@ -815,16 +850,19 @@ class MemoryStore:
                     **({"whole_scope": True} if whole else {}),
                 )
             if ids and memory_id is None and key is None:
-                await self._scrub()
-        self._stats.pop(scope, None)
+                await self.scrub()
+        self._forget_stats(scope)
         return len(ids)
 
-    async def _scrub(self) -> None:
+    async def scrub(self) -> None:
         """Make deleted rows' bytes unrecoverable where the database keeps them around.
 
         PostgreSQL's plain VACUUM frees dead tuples without zeroing them, so the memories
         table (the only one holding text) is rewritten with VACUUM FULL; the index table
-        holds digests only and gets a plain VACUUM.
+        holds digests only and gets a plain VACUUM. A rewrite must keep rows that a
+        still-running transaction may see, so under long transactions call this again
+        later (a whole-scope ``forget`` calls it once). SQLite needs nothing here: it
+        runs with ``secure_delete``.
         """
         if self.engine.dialect.name == "postgresql":
             async with self.engine.connect() as conn:
@@ -850,7 +888,7 @@ class MemoryStore:
                     await conn.execute(delete(t).where(t.c.memory_id.in_(ids)))
                     await conn.execute(delete(m).where(m.c.id.in_(ids)))
                     await self._log(conn, [(i, scope) for i in ids], "expired", actor)
-        self._stats.pop(scope, None)
+        self._forget_stats(scope)
         return len(ids)
 
     # -- consolidation ---------------------------------------------------------------------
@@ -905,7 +943,7 @@ class MemoryStore:
                             actor,
                             reason=change.reason,
                         )
-        self._stats.pop(scope, None)
+        self._forget_stats(scope)
         return changes
 
     # -- keys ------------------------------------------------------------------------------
