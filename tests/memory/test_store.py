@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-import pytest
+from pathlib import Path
 
-from memstack.errors import ConfigurationError
+import pytest
+from sqlalchemy import update
+
+from memstack.errors import BackendError, ConfigurationError
 from memstack.memory import MemoryStore
 from memstack.testing import FakeClock
 from memstack.tokens import TokenCounter
@@ -124,3 +127,23 @@ async def test_bad_arguments_raise_typed_errors(memory: MemoryStore, scope: str)
 
 async def test_schema_version_is_recorded(memory: MemoryStore) -> None:
     assert await memory.schema_version() == 1
+
+
+async def test_tables_are_not_created_when_told_not_to(tmp_path: Path) -> None:
+    store = MemoryStore.from_url(f"sqlite:///{tmp_path / 'none.db'}", create_tables=False)
+    with pytest.raises(BackendError, match="no such table"):
+        await store.remember("ana", "x")
+    await store.close()
+
+
+async def test_a_newer_schema_version_is_refused(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'v.db'}"
+    store = MemoryStore.from_url(url)
+    await store.schema_version()
+    async with store.engine.begin() as conn:
+        await conn.execute(update(store.tables.meta).values(value="2"))
+    await store.close()
+    again = MemoryStore.from_url(url)
+    with pytest.raises(ConfigurationError, match="schema version 2"):
+        await again.recall("ana", "x")
+    await again.close()
