@@ -13,11 +13,16 @@
     >>> len(asyncio.run(session.inner.get_items()))  # never written into the session
     1
 
-The message holds memories recalled for the newest user message (the turn being run
-when the Runner passes it, else the latest one stored), topped up with the scope's
-standing preferences, within ``max_tokens``, in precedence order (``memstack.memory.ranking``).
-It is a developer message, so windows and compaction above this layer keep it pinned;
-the layer is a view (``view_only``), so export and compaction below it see only history.
+The message holds memories recalled for the newest user message, topped up with the
+scope's standing preferences, within ``max_tokens``, in precedence order
+(``memstack.memory.ranking``). It is a developer message, so windows and compaction above
+this layer keep it pinned; the layer is a view (``view_only``), so export and compaction
+below it see only history.
+
+The SDK reads a session before it stores the run's new input, so ``get_items`` can only
+recall for the previous user message. To recall for the message being answered, also pass
+``RunConfig(call_model_input_filter=memstack.compaction.input_filter(stack))``: the layer's
+``filter_model_input`` then re-pins the block for the newest user message on each model call.
 """
 
 from __future__ import annotations
@@ -93,6 +98,9 @@ class MemorySession(SessionLayer):
         self.scope = scope if scope is not None else self.session_id
         self.max_tokens = max_tokens
         self.header = header
+        # A run calls the model several times for one user message: recall once for it.
+        self._last_query: str | None = None
+        self._last_item: dict[str, Any] | None = None
 
     def repr_options(self) -> dict[str, object]:
         return {"scope": self.scope, "max_tokens": self.max_tokens}
@@ -113,6 +121,14 @@ class MemorySession(SessionLayer):
         if not recalled:
             return None
         return {"role": "developer", "content": recalled.text}
+
+    async def filter_model_input(self, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The model input with this layer's block recalled for its newest user message."""
+        rest = [item for item in items if not self._is_ours(item)]
+        query = latest_user_text(rest)
+        if query != self._last_query:
+            self._last_query, self._last_item = query, await self.memory_item(query)
+        return rest if self._last_item is None else [dict(self._last_item), *rest]
 
     async def get_items(
         self, limit: int | None = None, *, wrapper: RunContextWrapper[Any] | None = None

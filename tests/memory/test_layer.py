@@ -11,6 +11,7 @@ from agents import Agent, RunConfig, Runner
 from agents.memory import SQLiteSession
 
 from memstack import LayerSpec, build_stack
+from memstack.compaction import input_filter
 from memstack.errors import ConfigurationError
 from memstack.layers.memory import MemorySession
 from memstack.memory import MemoryStore, memory_tools
@@ -117,4 +118,22 @@ async def test_tools_are_bound_to_their_scope() -> None:
     assert await call(forget, {"memory_id": listed[0]["id"]}) == "deleted 1 memory"
     assert await call(forget, {}) == "give exactly one of memory_id or key"
     assert len(await store.list_memories("bob")) == 1
+    await store.close()
+
+
+async def test_input_filter_recalls_for_the_message_being_answered(tmp_path: Path) -> None:
+    store = MemoryStore.from_url("sqlite://:memory:")
+    await store.remember("ana", "Ana's passport number ends in 4471")
+    session = MemorySession(InMemorySession("chat"), store=store, scope="ana")
+    model = ScriptedModel(["Hello!", "It ends in 4471."])
+    agent = Agent(name="assistant", model=model)
+    config = RunConfig(tracing_disabled=True, call_model_input_filter=input_filter(session))
+    await Runner.run(agent, "hello there", session=session, run_config=config)
+    assert _developer(model.inputs[-1]) == []  # nothing relevant, no profile yet
+    await Runner.run(
+        agent, "What does my passport number end in?", session=session, run_config=config
+    )
+    [pinned] = _developer(model.inputs[-1])
+    assert "4471" in pinned
+    assert _developer(await session.inner.get_items()) == []
     await store.close()
