@@ -31,6 +31,7 @@ from cryptography.fernet import Fernet
 
 from memstack.bench.transcripts import DATA_DIR
 from memstack.crypto import generate_key
+from memstack.history import valid_view
 from memstack.layers import EncryptedSession
 
 DATA = DATA_DIR
@@ -77,7 +78,8 @@ async def measure(
         started = time.perf_counter()
         got = await session.get_items(limit=tail)
         tails.append(time.perf_counter() - started)
-    assert got == items[-tail:], "tail read returned something else"
+    # A limit that cuts a call from its output: memstack's top layer leaves the output out.
+    assert got in (items[-tail:], valid_view(items[-tail:])), "tail read returned something else"
     fulls = []
     for _ in range(5):
         started = time.perf_counter()

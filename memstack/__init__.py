@@ -27,6 +27,7 @@ from memstack.errors import (
     ItemValidationError,
     MemstackError,
     RecipeError,
+    StoredItemError,
     SummarizerError,
     VocabularyError,
 )
@@ -62,6 +63,7 @@ __all__ = [
     "SessionLayer",
     "SlidingWindowSession",
     "StorageCapabilities",
+    "StoredItemError",
     "SummarizerError",
     "TTLSession",
     "TokenCounter",

@@ -21,12 +21,13 @@ from __future__ import annotations
 import functools
 import inspect
 from collections.abc import Callable, Coroutine, Iterator
-from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar, cast
 
 from agents.memory import Session, SessionSettings
 
 from memstack.backends.translate import store_errors
 from memstack.errors import ConfigurationError
+from memstack.history import reading_as_stored, stored_history, valid_view, validate_items
 
 if TYPE_CHECKING:
     from agents.items import TResponseInputItem
@@ -34,7 +35,14 @@ if TYPE_CHECKING:
 
     from memstack.backends.capabilities import StorageCapabilities
 
-__all__ = ["SessionLayer", "describe", "find", "full_history_layer", "iter_chain"]
+__all__ = [
+    "SessionLayer",
+    "describe",
+    "find",
+    "full_history_layer",
+    "iter_chain",
+    "stored_history",
+]
 
 T = TypeVar("T")
 
@@ -57,12 +65,20 @@ def _takes_wrapper(session: object) -> bool:
 def _translating(
     method: Callable[..., Coroutine[Any, Any, T]],
 ) -> Callable[..., Coroutine[Any, Any, T]]:
-    """Turn the store's own exceptions into ``BackendError`` naming this layer."""
+    """Turn the store's own exceptions into ``BackendError`` naming this layer; on top of
+    a stack, also refuse items stores cannot keep and views the API would reject."""
+    name = method.__name__
 
     @functools.wraps(method)
     async def call(self: SessionLayer, *args: Any, **kwargs: Any) -> T:
         with store_errors(self.inner, layer=type(self).__name__):
-            return await method(self, *args, **kwargs)
+            if name == "add_items" and self.on_top:
+                batch = args[0] if args else kwargs.get("items")
+                validate_items(batch, layer=type(self).__name__)
+            result = await method(self, *args, **kwargs)
+        if name == "get_items" and self.on_top and not reading_as_stored():
+            return cast(T, valid_view(cast("list[dict[str, Any]]", result)))
+        return result
 
     return call
 
@@ -93,6 +109,11 @@ class SessionLayer:
                 layer=type(self).__name__,
             )
         self.inner = inner
+        # The top of a stack is the one place that validates what comes in and repairs
+        # what goes out, whatever the order of the layers below it.
+        self.on_top = True
+        if isinstance(inner, SessionLayer):
+            inner.on_top = False
         # Read once from the store: a stack has one session id, never passed twice.
         self.session_id: str = inner.session_id
         self._inner_takes_wrapper = _takes_wrapper(inner)
@@ -142,7 +163,8 @@ class SessionLayer:
         transforms them falls back to the generic adapter over its own Session methods
         unless it provides a translating adapter.
         """
-        from memstack.backends.capabilities import GenericCapabilities, capabilities_of
+        from memstack.backends.adapters import capabilities_of
+        from memstack.backends.capabilities import GenericCapabilities
 
         if self.transforms_items:
             return GenericCapabilities(self)

@@ -25,7 +25,7 @@ from memstack import __version__
 from memstack.backends.capabilities import READ_ALL
 from memstack.base import SessionLayer, full_history_layer, iter_chain
 from memstack.errors import ConfigurationError, MemstackError
-from memstack.history import item_type, validate_items
+from memstack.history import item_type, stored_history, validate_items
 from memstack.progress import progress_bar
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
@@ -179,6 +179,36 @@ async def _purge_by_store_time(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+async def cmd_repair(args: argparse.Namespace) -> int:
+    """Show, and with --remove delete, stored values that are not items (no key needed)."""
+    from memstack.backends import capabilities_of
+    from memstack.recipes import load_recipe
+
+    recipe = load_recipe(args.recipe, **({"url": args.url} if args.url else {}))
+    store = recipe.open_store(args.session)
+    try:
+        stored: list[Any] = list(await store.get_items(READ_ALL))
+        bad = [index for index, value in enumerate(stored) if not isinstance(value, dict)]
+        rows = [
+            (index, len(stored) - index, type(stored[index]).__name__, repr(stored[index])[:60])
+            for index in bad
+        ]
+        if rows:
+            print(_table(("index", "from newest", "type", "value"), rows))
+        if bad and args.remove:
+            # In place, oldest rows only: run it while the session is idle.
+            last = bad[-1] + 1
+            kept = [value for value in stored[:last] if isinstance(value, dict)]
+            await capabilities_of(store).replace_oldest(last, kept)
+            print(f"removed {len(bad)} stored values that are not items from {args.session!r}")
+        else:
+            hint = " (pass --remove to delete them)" if bad else ""
+            print(f"{len(bad)} of {len(stored)} stored values are not items{hint}")
+    finally:
+        await _close(store)
+    return EXIT_OK
+
+
 async def cmd_rotate(args: argparse.Namespace) -> int:
     return await _layer_operation(
         args, "rotate", "re-encrypted {count} items of session {session!r} under the active key"
@@ -188,7 +218,8 @@ async def cmd_rotate(args: argparse.Namespace) -> int:
 async def cmd_export(args: argparse.Namespace) -> int:
     stack = _open(args)
     try:
-        items = await full_history_layer(stack).get_items(READ_ALL)
+        with stored_history():  # exactly what is stored, even a history the API would refuse
+            items = await full_history_layer(stack).get_items(READ_ALL)
         text = "".join(json.dumps(item, ensure_ascii=False) + "\n" for item in items)
         if args.output:
             await asyncio.to_thread(Path(args.output).write_text, text, encoding="utf-8")
@@ -299,6 +330,8 @@ def _parser() -> argparse.ArgumentParser:
         sub.add_argument("--model", default="gpt-4.1", help="model whose tokenizer to count with")
         if name == "inspect":
             sub.add_argument("--limit", type=int, help="show only the last N items of the view")
+    repair = add("repair", cmd_repair, "show (and remove) stored values that are not items")
+    repair.add_argument("--remove", action="store_true", help="delete them from the store")
     purge = add("purge", cmd_purge, "delete a session's expired items now (TTL layer)")
     purge.add_argument(
         "--older-than",

@@ -9,7 +9,8 @@ Every failure memstack can report derives from one root, so applications can cat
     │   └── VocabularyError       a tokenizer vocabulary missing or failing its hash
     ├── ItemValidationError       an item that is not a JSON-serialisable dict   (also ValueError)
     ├── BackendError              the store failed or is unreachable
-    │   └── CapabilityError       the store cannot do an operation (atomically)
+    │   ├── CapabilityError       the store cannot do an operation (atomically)
+    │   └── StoredItemError       a stored value no layer can read (``memstack repair``)
     ├── DecryptionError           wrong or missing key, tampered or unknown envelope
     ├── SummarizerError           a summariser failed, timed out or answered unusably
     └── DistillationError         a memory extractor failed or answered unusably
@@ -32,6 +33,7 @@ __all__ = [
     "ItemValidationError",
     "MemstackError",
     "RecipeError",
+    "StoredItemError",
     "SummarizerError",
 ]
 
@@ -73,6 +75,25 @@ class BackendError(MemstackError):
 
 class CapabilityError(BackendError):
     """The store cannot perform the requested operation, or not atomically."""
+
+
+class StoredItemError(BackendError):
+    """A value in the store is not an item (written around memstack, or damaged).
+
+    ``position`` counts from the newest stored value (1 is the newest). Nothing is skipped
+    or deleted for it: ``memstack repair RECIPE --session ID`` shows and removes it.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        position: int,
+        layer: str | None = None,
+        session_id: str | None = None,
+    ) -> None:
+        super().__init__(message, layer=layer, session_id=session_id)
+        self.position = position
 
 
 class DecryptionError(MemstackError):

@@ -21,11 +21,15 @@ from __future__ import annotations
 
 import itertools
 import json
-from collections.abc import Iterable, Mapping, Sequence
+import logging
+import math
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar, cast
 
-from memstack.errors import ItemValidationError
+from memstack.errors import ItemValidationError, StoredItemError
 
 __all__ = [
     "CALL_TO_OUTPUT",
@@ -37,10 +41,15 @@ __all__ = [
     "pair_key",
     "split_turns",
     "split_units",
+    "stored_history",
+    "stored_items",
+    "valid_view",
     "validate_items",
 ]
 
 Item = Mapping[str, Any]
+T = TypeVar("T", bound=Mapping[str, Any])
+logger = logging.getLogger("memstack.history")
 
 # Call item type -> the output item type that completes it (the SDK's own pairing).
 CALL_TO_OUTPUT: dict[str, str] = {
@@ -162,13 +171,9 @@ def split_turns(items: Sequence[Item]) -> list[Span]:
     return _spans(starts, len(items))
 
 
-def history_problems(items: Sequence[Item]) -> list[str]:
-    """Reasons the Responses API would reject this history as model input; empty if none.
-
-    Checks orphan outputs (no earlier call), calls whose output never arrives although
-    the conversation moved on, and reasoning items not followed by a model item.
-    """
-    problems: list[str] = []
+def _problems(items: Sequence[Item]) -> list[tuple[int, str]]:
+    """``(index, reason)`` for each item the Responses API would reject in this position."""
+    problems: list[tuple[int, str]] = []
     open_calls: dict[tuple[str, str], int] = {}
     seen_calls: set[tuple[str, str]] = set()
     for index, item in enumerate(items):
@@ -179,26 +184,73 @@ def history_problems(items: Sequence[Item]) -> list[str]:
             seen_calls.add(key)
         elif key is not None:
             if key not in seen_calls:
-                problems.append(f"item {index}: {kind} {key[1]!r} has no earlier call")
+                problems.append((index, f"item {index}: {kind} {key[1]!r} has no earlier call"))
             open_calls.pop(key, None)
         elif is_output(item):
-            problems.append(f"item {index}: {kind} without a call id")
+            problems.append((index, f"item {index}: {kind} without a call id"))
         if kind == "reasoning":
             follower = items[index + 1] if index + 1 < len(items) else None
             if follower is not None and (is_user_message(follower) or is_output(follower)):
-                problems.append(f"item {index}: reasoning not followed by a model item")
+                problems.append((index, f"item {index}: reasoning not followed by a model item"))
         if is_user_message(item):
-            for key, call_index in list(open_calls.items()):
-                problems.append(f"item {call_index}: {key[0]} {key[1]!r} has no output")
-                del open_calls[key]
+            for (family, ident), at in open_calls.items():
+                problems.append((at, f"item {at}: {family} {ident!r} has no output"))
+            open_calls.clear()
     return problems
 
 
-def validate_items(items: object, *, layer: str | None = None) -> list[dict[str, Any]]:
-    """Check that ``items`` is a list of JSON-serialisable dicts; return it as a list.
+def history_problems(items: Sequence[Item]) -> list[str]:
+    """Reasons the Responses API would reject this history as model input; empty if none.
 
-    Stores serialise with ``json.dumps``; an item that cannot round-trip would be lost
-    or altered there, so it is refused here with the offending index.
+    Checks orphan outputs (no earlier call), calls whose output never arrives although
+    the conversation moved on, and reasoning items not followed by a model item.
+    """
+    return [reason for _, reason in _problems(items)]
+
+
+# Set inside ``stored_history()``: reads return what is stored, unrepaired.
+_as_stored: ContextVar[bool] = ContextVar("memstack_as_stored", default=False)
+
+
+@contextmanager
+def stored_history() -> Iterator[None]:
+    """Reads inside this block skip the top-of-stack repair (``valid_view``).
+
+    For export, inspection and capability adapters that rewrite what they read: they
+    must see what is stored, or a rewrite would delete what a view only leaves out.
+    """
+    token = _as_stored.set(True)
+    try:
+        yield
+    finally:
+        _as_stored.reset(token)
+
+
+def reading_as_stored() -> bool:
+    return _as_stored.get()
+
+
+def valid_view(items: Sequence[T]) -> list[T]:
+    """``items`` without what would make the API reject them (see ``history_problems``).
+
+    The one guard every stack applies to what it returns, whatever its layer order: a
+    call expired or unreadable below encryption must not leave its output orphaned.
+    Dropping an item can expose another (reasoning before a dropped call), so it repeats.
+    """
+    view = list(items)
+    while problems := _problems(view):
+        doomed = {index for index, _ in problems}
+        logger.debug("view repaired, left out: %s", "; ".join(r for _, r in problems))
+        view = [item for index, item in enumerate(view) if index not in doomed]
+    return view
+
+
+def validate_items(items: object, *, layer: str | None = None) -> list[dict[str, Any]]:
+    """Check that ``items`` is a list of dicts that JSON and UTF-8 store faithfully.
+
+    Stores serialise with ``json.dumps`` and write UTF-8; an item that cannot round-trip
+    (NaN, an object, a lone surrogate cut from an emoji) would be lost, altered or make
+    the session unreadable later, so it is refused here, naming the item and the field.
     """
     if not isinstance(items, list):
         raise ItemValidationError(f"items must be a list, not {type(items).__name__}", layer=layer)
@@ -208,9 +260,60 @@ def validate_items(items: object, *, layer: str | None = None) -> list[dict[str,
                 f"item {index} must be a dict, not {type(item).__name__}", layer=layer
             )
         try:
-            json.dumps(item, allow_nan=False)
-        except (TypeError, ValueError) as exc:
+            json.dumps(item, allow_nan=False, ensure_ascii=False).encode("utf-8")
+        except (TypeError, ValueError, RecursionError) as exc:
+            field, problem = _first_bad_value(item)
             raise ItemValidationError(
-                f"item {index} is not JSON-serialisable: {exc}", layer=layer
+                f"item {index} ({item_type(item)}), field {field}: {problem}", layer=layer
             ) from exc
     return items
+
+
+def stored_items(
+    values: Sequence[object], *, layer: str | None = None, session_id: str | None = None
+) -> list[dict[str, Any]]:
+    """``values`` read from a store, checked to be items (dicts) before a layer uses them.
+
+    Stores hand back whatever JSON they hold; a value written around memstack that is not
+    an item raises ``StoredItemError`` naming its position, instead of a bare crash later.
+    """
+    for index, value in enumerate(values):
+        if not isinstance(value, dict):
+            raise StoredItemError(
+                f"the stored value {len(values) - index} from the newest is a "
+                f"{type(value).__name__}, not an item; `memstack repair` shows and removes it",
+                position=len(values) - index,
+                layer=layer,
+                session_id=session_id,
+            )
+    return cast("list[dict[str, Any]]", values)
+
+
+def _first_bad_value(value: object, path: str = "") -> tuple[str, str]:
+    """Where in an item the first value JSON or UTF-8 cannot store is, and why."""
+    if isinstance(value, dict):
+        for key, child in value.items():
+            if not isinstance(key, str):
+                return path or "(top)", f"key {key!r} is not a string"
+            found = _first_bad_value(child, f"{path}.{key}" if path else key)
+            if found[1]:
+                return found
+        return path, ""
+    if isinstance(value, list | tuple):
+        for position, child in enumerate(value):
+            found = _first_bad_value(child, f"{path}[{position}]")
+            if found[1]:
+                return found
+        return path, ""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            bad = value[exc.start : exc.end]
+            return path, f"{bad!r} at {exc.start} is a lone surrogate, not valid Unicode"
+        return path, ""
+    if isinstance(value, float) and not math.isfinite(value):
+        return path, f"{value!r} is not a JSON number"
+    if value is None or isinstance(value, bool | int | float):
+        return path, ""
+    return path, f"a {type(value).__name__} is not JSON-serialisable"

@@ -96,7 +96,7 @@ def encoding_for_model(model: str) -> str:
 def item_digest(item: Mapping[str, Any]) -> bytes:
     """A stable 16-byte digest of an item's content (same in every process)."""
     text = json.dumps(item, sort_keys=True, separators=(",", ":"), default=str)
-    return hashlib.blake2b(text.encode(), digest_size=16).digest()
+    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
 
 
 class TokenCounter:

@@ -117,3 +117,20 @@ async def test_layer_methods_keep_their_signature_for_the_sdk():
 
     params = inspect.signature(PassthroughSession.get_items).parameters
     assert list(params) == ["self", "limit", "wrapper"]
+
+
+async def test_adapters_read_what_is_stored_not_the_repaired_view() -> None:
+    """A rewrite through the generic adapter must keep what the top's view leaves out."""
+    from memstack import GenericCapabilities, PassthroughSession
+    from memstack.testing import InMemorySession
+
+    orphan = {"type": "function_call_output", "call_id": "gone", "output": "x"}
+    items = [orphan, {"role": "user", "content": "a"}, {"role": "user", "content": "b"}]
+    store = InMemorySession("s")
+    await store.add_items(items)  # type: ignore[arg-type]
+    top = PassthroughSession(store)
+    assert await top.get_items() == items[1:]  # the view leaves the orphan out
+    caps = GenericCapabilities(top, allow_non_atomic=True)
+    assert await caps.count() == 3
+    assert await caps.delete_oldest(1) == 1  # deletes the orphan, not "a"
+    assert store.rows and await store.get_items() == items[1:]

@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from memstack.bench.transcripts import default_transcripts
 from memstack.errors import ItemValidationError
 from memstack.history import (
     CALL_TO_OUTPUT,
@@ -28,7 +29,7 @@ DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 
 def load_conversations() -> list[dict[str, Any]]:
     conversations = []
-    for path in sorted(DATA.glob("*.jsonl")):
+    for path in default_transcripts():
         with path.open() as lines:
             conversations.extend(json.loads(line) for line in lines)
     return conversations
@@ -175,8 +176,12 @@ def test_problems_found():
     [
         ("not a list", "must be a list"),
         ([user("ok"), "text"], "item 1 must be a dict"),
-        ([{"role": "user", "content": object()}], "item 0 is not JSON-serialisable"),
-        ([{"role": "user", "content": float("nan")}], "item 0 is not JSON-serialisable"),
+        ([{"role": "user", "content": object()}], r"item 0 \(message\), field content: a object"),
+        ([{"role": "user", "content": float("nan")}], "field content: nan is not a JSON number"),
+        (
+            [user("ok"), {"role": "user", "content": [{"type": "input_text", "text": "\ud83d"}]}],
+            r"item 1 \(message\), field content\[0\]\.text: '\\ud83d' at 0 is a lone surrogate",
+        ),
     ],
 )
 def test_validate_items_names_the_problem(items, message):

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from memstack import LayerSpec, build_stack, capabilities_of, open_backend
+from memstack.history import valid_view
 
 texts = st.text(max_size=30)
 items = st.one_of(
@@ -48,6 +49,8 @@ class StackMatchesList(RuleBasedStateMachine):
     @rule(limit=st.one_of(st.none(), st.integers(0, 12)))
     def get(self, limit: int | None) -> None:
         expected = self.model if limit is None else self.model[-limit:] if limit else []
+        # The top of a stack leaves out what the API would refuse (a call never answered).
+        expected = valid_view(expected)
         assert self.run(self.stack.get_items(limit)) == expected
 
     @rule()

@@ -6,8 +6,8 @@
     >>> caps.atomic
     True
 
-Layers ask ``capabilities_of(session)`` (or ``layer.storage_capabilities()``) instead of
-testing which store sits below them. Each SDK backend has one adapter; any other session
+Layers ask ``capabilities_of(session)`` (``memstack.backends.adapters``) instead of testing
+which store sits below them. Each SDK backend has one adapter; any other session
 gets ``GenericCapabilities``, which can count but refuses destructive work unless the
 caller accepts that it is not atomic.
 """
@@ -19,11 +19,12 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from memstack.errors import BackendError, CapabilityError
+from memstack.history import stored_history
 
 if TYPE_CHECKING:
     from agents.memory import Session
 
-__all__ = ["GenericCapabilities", "Predicate", "StorageCapabilities", "capabilities_of"]
+__all__ = ["READ_ALL", "GenericCapabilities", "Predicate", "StorageCapabilities"]
 
 Item = dict[str, Any]
 T = TypeVar("T")
@@ -32,10 +33,6 @@ Predicate = Callable[[Item], bool]
 # An explicit limit larger than any history: ``get_items(None)`` would apply the
 # session's own ``session_settings.limit`` and silently return only part of it.
 READ_ALL = 2**31 - 1
-
-# Exact backend type -> adapter class; filled by the adapter modules as they import.
-_ADAPTERS: dict[type, type[StorageCapabilities]] = {}
-
 
 class StorageCapabilities(ABC):
     """Range and predicate operations on one session's stored items, oldest first."""
@@ -113,29 +110,6 @@ def kept_after_delete(
     return kept
 
 
-def register_adapter(backend: type, adapter: type[StorageCapabilities]) -> None:
-    _ADAPTERS[backend] = adapter
-
-
-def capabilities_of(session: Session) -> StorageCapabilities:
-    """The capabilities adapter for ``session``.
-
-    Layers and memstack's own sessions answer through ``storage_capabilities()``. SDK
-    backends are matched by *exact* type: a subclass (AdvancedSQLiteSession, the SDK's
-    EncryptedSession) may keep extra state an adapter would bypass, so it gets the
-    generic adapter.
-    """
-    own = getattr(session, "storage_capabilities", None)
-    if callable(own):
-        caps = own()
-        assert isinstance(caps, StorageCapabilities)
-        return caps
-    from memstack.backends import adapters  # noqa: F401  (registers the SDK adapters)
-
-    adapter = _ADAPTERS.get(type(session))
-    return adapter(session) if adapter is not None else GenericCapabilities(session)
-
-
 class GenericCapabilities(StorageCapabilities):
     """Capabilities through the Session protocol alone: counting works, rewrites are not atomic.
 
@@ -153,7 +127,8 @@ class GenericCapabilities(StorageCapabilities):
         self.allow_non_atomic = allow_non_atomic
 
     async def count(self) -> int:
-        return len(await self.session.get_items(READ_ALL))
+        with stored_history():
+            return len(await self.session.get_items(READ_ALL))
 
     async def delete_oldest(self, n: int) -> int:
         items = await self._all_for_rewrite("delete_oldest")
@@ -189,7 +164,8 @@ class GenericCapabilities(StorageCapabilities):
                 "clear-and-re-add is possible, which can lose history if interrupted "
                 "(pass allow_non_atomic=True to accept that)"
             )
-        return [dict(item) for item in await self.session.get_items(READ_ALL)]
+        with stored_history():  # a rewrite must keep what a view would leave out
+            return [dict(item) for item in await self.session.get_items(READ_ALL)]
 
     async def _rewrite(self, items: list[Item]) -> None:
         await self.session.clear_session()

@@ -23,7 +23,7 @@ from agents.memory import Session, SQLiteSession
 from memstack.backends.translate import store_errors
 from memstack.errors import ConfigurationError
 
-__all__ = ["open_backend", "prepare_mysql_tables"]
+__all__ = ["open_backend"]
 
 # Plain dialects get the async driver memstack's extras install.
 _DEFAULT_DRIVERS = {
@@ -115,48 +115,3 @@ def _open_sqlalchemy(url: str, scheme: str, session_id: str, options: dict[str, 
 
         return MySQLSQLAlchemySession(session_id, engine=engine, **options)
     return SQLAlchemySession(session_id, engine=engine, create_tables=create_tables, **options)
-
-
-async def prepare_mysql_tables(engine: Any, sessions_table: str, messages_table: str) -> None:
-    """Create the SDK's two tables on MySQL/MariaDB, with column lengths MySQL requires."""
-    from sqlalchemy import (
-        TIMESTAMP,
-        Column,
-        ForeignKey,
-        Index,
-        Integer,
-        MetaData,
-        String,
-        Table,
-        Text,
-    )
-    from sqlalchemy import text as sql_text
-    from sqlalchemy.dialects.mysql import LONGTEXT
-
-    metadata = MetaData()
-    now = sql_text("CURRENT_TIMESTAMP")
-    Table(
-        sessions_table,
-        metadata,
-        Column("session_id", String(255), primary_key=True),
-        Column("created_at", TIMESTAMP, server_default=now, nullable=False),
-        Column("updated_at", TIMESTAMP, server_default=now, nullable=False),
-    )
-    Table(
-        messages_table,
-        metadata,
-        Column("id", Integer, primary_key=True, autoincrement=True),
-        Column(
-            "session_id",
-            String(255),
-            ForeignKey(f"{sessions_table}.session_id", ondelete="CASCADE"),
-            nullable=False,
-        ),
-        # Tool outputs often exceed TEXT's 64 KiB on MySQL.
-        Column("message_data", Text().with_variant(LONGTEXT(), "mysql", "mariadb"), nullable=False),
-        Column("created_at", TIMESTAMP, server_default=now, nullable=False),
-        Index(f"idx_{messages_table}_session_time", "session_id", "created_at"),
-    )
-    with store_errors(engine):
-        async with engine.begin() as conn:
-            await conn.run_sync(metadata.create_all)

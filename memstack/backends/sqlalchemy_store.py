@@ -13,8 +13,9 @@ from typing import Any
 from agents.extensions.memory import SQLAlchemySession
 from sqlalchemy import text
 
-from memstack.backends import sql
+import memstack.backends.sql as sql
 from memstack.backends.capabilities import StorageCapabilities
+from memstack.backends.mysql_tables import prepare_mysql_tables
 from memstack.backends.translate import store_errors
 from memstack.errors import CapabilityError
 
@@ -74,8 +75,6 @@ class MySQLSQLAlchemySession(SQLAlchemySession):
 
     async def _ensure_tables(self) -> None:
         if not self._tables_ready:
-            from memstack.backends.open import prepare_mysql_tables
-
             await prepare_mysql_tables(self.engine, self._sessions.name, self._messages.name)
             self._tables_ready = True
 

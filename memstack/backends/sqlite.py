@@ -14,7 +14,7 @@ from typing import Any
 from agents.extensions.memory.async_sqlite_session import AsyncSQLiteSession
 from agents.memory import SQLiteSession
 
-from memstack.backends import sql
+import memstack.backends.sql as sql
 from memstack.backends.capabilities import StorageCapabilities
 from memstack.backends.translate import store_errors
 

@@ -85,8 +85,22 @@ DATA_DIR = Path(
 
 
 def default_transcripts() -> list[Path]:
-    """The ``*.jsonl`` transcripts in ``DATA_DIR``."""
-    return sorted(DATA_DIR.glob("*.jsonl"))
+    """The agent transcripts in ``DATA_DIR``: ``*.jsonl`` files of ``{"id", "items", …}``.
+
+    The same folder holds data of other shapes (LoCoMo's memory conversations); a file is
+    a transcript when its first record has ``items``.
+    """
+    return [path for path in sorted(DATA_DIR.glob("*.jsonl")) if _is_transcript(path)]
+
+
+def _is_transcript(path: Path) -> bool:
+    with path.open(encoding="utf-8") as lines:
+        first = lines.readline()
+    try:
+        record = json.loads(first)
+    except json.JSONDecodeError:
+        return False
+    return isinstance(record, dict) and isinstance(record.get("items"), list)
 
 
 def load_conversations(path: Path, *, limit: int | None = None) -> Iterator[Conversation]:

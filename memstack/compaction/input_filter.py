@@ -27,6 +27,7 @@ from agents.memory import Session
 
 from memstack.base import iter_chain
 from memstack.errors import ConfigurationError
+from memstack.history import valid_view
 
 if TYPE_CHECKING:
     from agents.run_config import CallModelData, ModelInputData
@@ -52,6 +53,7 @@ class ModelInputFilter:
         for _, transform in self.transforms:
             result = transform(items)
             items = list(await result if inspect.isawaitable(result) else result)
+        items = valid_view(items)  # the same guard as the top of the stack
         return ModelInputData(input=items, instructions=data.model_data.instructions)  # type: ignore[arg-type]
 
     def __repr__(self) -> str:

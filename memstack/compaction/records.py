@@ -64,7 +64,8 @@ class RecordFormatError(ValueError):
 def item_hash(item: Item) -> str:
     """Short content hash of one item (canonical JSON, SHA-256)."""
     canonical = json.dumps(item, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()[:_HASH_CHARS]
+    # surrogatepass: a lone surrogate stored before validation existed must not crash reads.
+    return hashlib.sha256(canonical.encode("utf-8", "surrogatepass")).hexdigest()[:_HASH_CHARS]
 
 
 def digest(hashes: Iterable[str]) -> str:

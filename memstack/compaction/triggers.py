@@ -22,7 +22,7 @@ from memstack.errors import ConfigurationError
 from memstack.history import cut_points, is_user_message
 from memstack.tokens import ItemCounter
 
-__all__ = ["Items", "Tokens", "Trigger", "Turns"]
+__all__ = ["Estimate", "Items", "Tokens", "Trigger", "Turns"]
 
 Item = Mapping[str, Any]
 
@@ -94,3 +94,31 @@ class Turns(_Limit):
     def weights(self, items: Sequence[Item], counter: ItemCounter) -> list[int]:
         ok = cut_points(items)
         return [int(ok[i] and is_user_message(item)) for i, item in enumerate(items)]
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """A trigger's measure of the view, carried from one full check across later writes.
+
+    A full check reads and measures the whole view; between two, each write only adds
+    its own items' weights. Masking and expiry only lower the true measure, so the
+    estimate errs towards checking early; writes by other processes are not in it, so a
+    full check still runs every ``FULL_CHECK_EVERY`` writes.
+
+        >>> Estimate(900).plus(50).decides(limit=1000)
+        True
+        >>> Estimate(900).plus(200).decides(limit=1000)
+        False
+    """
+
+    total: int
+    writes: int = 0
+
+    FULL_CHECK_EVERY: ClassVar[int] = 16
+
+    def plus(self, weight: int) -> Estimate:
+        return Estimate(self.total + weight, self.writes + 1)
+
+    def decides(self, *, limit: int) -> bool:
+        """True when this estimate alone says the trigger does not fire."""
+        return self.total <= limit and self.writes < self.FULL_CHECK_EVERY

@@ -39,11 +39,13 @@ inject text into a history and watch stored sizes.
 from __future__ import annotations
 
 import binascii
+import contextlib
 import json
 import os
 import zlib
+from collections import OrderedDict
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives import hashes
@@ -167,6 +169,7 @@ class SessionCipher:
         self.layer = layer
         self._session = session_id.encode("utf-8")
         self._aeads: dict[str, tuple[AESGCM, bytes]] = {}
+        self._opened = OpenedCache()
 
     # -- keys ------------------------------------------------------------------------------
     @property
@@ -256,6 +259,11 @@ class SessionCipher:
             if type(version) is int and version == FORMAT and type(kid) is str:
                 known = self._aeads.get(kid) or self._known_key(kid)
                 if type(text) is str:
+                    # A tail read opens the same envelopes turn after turn: each is
+                    # authenticated once, then only its JSON is parsed again.
+                    cached = self._opened.get(kid, text)
+                    if cached is not None:
+                        return cast("dict[str, Any]", json.loads(cached))
                     return self._unseal(known, kid, text)
         raise self._malformed(envelope)
 
@@ -301,9 +309,9 @@ class SessionCipher:
                 "was altered or belongs to another session",
                 kid,
             ) from exc
-        return self._decode(plaintext, kid)
+        return self._decode(plaintext, kid, text)
 
-    def _decode(self, plaintext: bytes, kid: str) -> dict[str, Any]:
+    def _decode(self, plaintext: bytes, kid: str, text: str) -> dict[str, Any]:
         # Authenticated already: a failure here means a writer bug, not an attacker.
         try:
             flag, body = plaintext[0], plaintext[1:]
@@ -314,11 +322,49 @@ class SessionCipher:
                     raise ValueError("deflate stream is incomplete")
             elif flag != _RAW:
                 raise ValueError(f"unknown payload encoding {flag}")
-            item = json.loads(body.decode("utf-8"))
+            json_text = body.decode("utf-8")
+            item = json.loads(json_text)
         except (ValueError, zlib.error, binascii.Error) as exc:
             raise self.error(
                 f"authenticated payload under key id {kid!r} is corrupt: {exc}", kid
             ) from exc
         if not isinstance(item, dict):
             raise self.error(f"authenticated payload under key id {kid!r} is not an item", kid)
+        self._opened.put(kid, text, json_text)
         return item
+
+
+class OpenedCache:
+    """Authenticated envelopes' JSON, by key id and ciphertext, least recently used first.
+
+    Bounded by the characters it holds (``max_chars``, 16 Mi by default): a long-running
+    server re-reading one session's tail pays AES-GCM and inflate once per envelope. The
+    key is the ciphertext itself, so another process's writes, rotation and new nonces
+    only miss; a relabelled envelope (another key id) never hits an entry.
+    """
+
+    def __init__(self, max_chars: int = 16 << 20) -> None:
+        self.max_chars = max_chars
+        self._entries: OrderedDict[tuple[str, str], str] = OrderedDict()
+        self._chars = 0
+
+    def get(self, kid: str, ciphertext: str) -> str | None:
+        key = (kid, ciphertext)
+        found = self._entries.get(key)
+        if found is not None:
+            with contextlib.suppress(KeyError):  # evicted meanwhile by another thread
+                self._entries.move_to_end(key)
+        return found
+
+    def put(self, kid: str, ciphertext: str, json_text: str) -> None:
+        key = (kid, ciphertext)
+        if len(json_text) > self.max_chars // 8 or key in self._entries:
+            return  # one huge tool output must not evict a whole tail
+        self._entries[key] = json_text
+        self._chars += len(json_text)
+        while self._chars > self.max_chars and self._entries:
+            try:
+                _, dropped = self._entries.popitem(last=False)
+            except KeyError:  # emptied meanwhile by another thread
+                break
+            self._chars -= len(dropped)

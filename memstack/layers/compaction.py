@@ -59,14 +59,14 @@ from typing import TYPE_CHECKING, Any, Literal
 from agents.memory import OpenAIConversationsSession
 from agents.memory.session_settings import resolve_session_limit
 
-from memstack.backends.capabilities import capabilities_of
+from memstack.backends.adapters import capabilities_of
 from memstack.base import SessionLayer
 from memstack.compaction.config import strategy_from_config, trigger_from_config
 from memstack.compaction.masking import Mask
 from memstack.compaction.plan import Plan, anchors_after, choose_stop, plan_compaction
 from memstack.compaction.records import Record, RecordFormatError, is_record, parse_record
 from memstack.compaction.strategies import Compactor, Summarize
-from memstack.compaction.triggers import Tokens, Trigger
+from memstack.compaction.triggers import Estimate, Tokens, Trigger
 from memstack.compaction.view import Need, Resolution, resolve
 from memstack.context import collecting_write_times, written_at
 from memstack.errors import (
@@ -76,7 +76,7 @@ from memstack.errors import (
     ItemValidationError,
     SummarizerError,
 )
-from memstack.history import validate_items
+from memstack.history import stored_items
 from memstack.tokens import ItemCounter, TokenCounter
 
 if TYPE_CHECKING:
@@ -190,6 +190,8 @@ class CompactionSession(SessionLayer):
         self._write_lock = asyncio.Lock()  # this process's writes vs. placing a record
         # How many stored entries the last read needed; only sizes the next first read.
         self._read_hint = _FIRST_READ
+        # The trigger's measure as of the last full check, plus this process's writes.
+        self._estimate: Estimate | None = None
 
     # -- Session ------------------------------------------------------------------------
     async def get_items(
@@ -206,7 +208,6 @@ class CompactionSession(SessionLayer):
     async def add_items(
         self, items: list[TResponseInputItem], *, wrapper: RunContextWrapper[Any] | None = None
     ) -> None:
-        validate_items(items, layer=type(self).__name__)
         if any(is_record(item) for item in items):
             raise ItemValidationError(
                 "items of type 'memstack.compaction' are written by this layer only",
@@ -215,16 +216,26 @@ class CompactionSession(SessionLayer):
         async with self._write_lock:
             await self.inner.add_items(items, **self.forward(wrapper))
         if items and self.trigger is not None and not self._lock.locked():
+            # The last full check's measure plus these items decides most writes, with no
+            # read: a turn costs one view read (the Runner's), not two.
+            if self._estimate is not None:
+                added = sum(self.trigger.weights(items, self.counter))
+                estimate = self._estimate.plus(added)
+                if estimate.decides(limit=self.trigger.limit):
+                    self._estimate = estimate
+                    return
             await self._auto_compact(wrapper)
 
     async def pop_item(
         self, *, wrapper: RunContextWrapper[Any] | None = None
     ) -> TResponseInputItem | None:
         """The newest item; a compaction record met on the way is removed, not returned."""
+        self._estimate = None
         async with self._write_lock:
             return await self._pop(wrapper)
 
     async def clear_session(self, *, wrapper: RunContextWrapper[Any] | None = None) -> None:
+        self._estimate = None
         async with self._write_lock:
             await self.inner.clear_session(**self.forward(wrapper))
 
@@ -286,9 +297,12 @@ class CompactionSession(SessionLayer):
         res, times = await self._read(wrapper, complete=rewrite)
         raw = self.mask.apply(res.raw) if self.mask is not None else res.raw
         trigger = self.trigger
+        self._estimate = None  # what follows changes the view, or measures it afresh
         if not force and trigger is not None:
             view = [*res.head, *raw]
-            if sum(trigger.weights(view, self.counter)) <= trigger.limit:
+            measure = sum(trigger.weights(view, self.counter))
+            if measure <= trigger.limit:
+                self._estimate = Estimate(measure)
                 return None
         weights = trigger.weights(raw, self.counter) if trigger is not None else [1] * len(raw)
         stop = choose_stop(
@@ -357,7 +371,11 @@ class CompactionSession(SessionLayer):
         native = self._counts_natively()
         while True:
             with collecting_write_times() as times:
-                window: list[Item] = await self.inner.get_items(size, **self.forward(wrapper))  # type: ignore[assignment]
+                window = stored_items(
+                    await self.inner.get_items(size, **self.forward(wrapper)),
+                    layer=type(self).__name__,
+                    session_id=self.session_id,
+                )
             done = len(window) < size
             res = resolve(window, complete=done, trust_first=not native)
             if res is Need.SIZE:

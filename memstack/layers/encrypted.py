@@ -39,11 +39,11 @@ from typing import TYPE_CHECKING, Any, Literal, cast
 
 from agents.memory import Session
 
+from memstack.backends.adapters import capabilities_of
 from memstack.backends.capabilities import (
     Item,
     Predicate,
     StorageCapabilities,
-    capabilities_of,
     check_replacement,
 )
 from memstack.backends.translate import store_errors
@@ -53,7 +53,6 @@ from memstack.crypto.envelope import SessionCipher, is_envelope
 from memstack.crypto.keys import KeyProvider, Keyring
 from memstack.crypto.legacy import SdkEnvelopeReader, is_sdk_envelope
 from memstack.errors import BackendError, CapabilityError, ConfigurationError, DecryptionError
-from memstack.history import validate_items
 
 if TYPE_CHECKING:
     from agents.items import TResponseInputItem
@@ -182,8 +181,6 @@ class EncryptedSession(SessionLayer):
     async def add_items(
         self, items: list[TResponseInputItem], *, wrapper: RunContextWrapper[Any] | None = None
     ) -> None:
-        if not isinstance(items, list):
-            validate_items(items, layer=type(self).__name__)  # raises, naming the type
         sealed = cast("list[TResponseInputItem]", self.seal(items))
         await self.inner.add_items(sealed, **self.forward(wrapper))
 

@@ -43,16 +43,16 @@ from typing import TYPE_CHECKING, Any, cast
 from agents.memory import Session
 from agents.memory.session_settings import resolve_session_limit
 
+from memstack.backends.adapters import capabilities_of
 from memstack.backends.capabilities import (
     READ_ALL,
     Predicate,
     StorageCapabilities,
-    capabilities_of,
 )
 from memstack.base import SessionLayer
 from memstack.context import current_write_time, report_write_times
 from memstack.errors import BackendError, CapabilityError, ConfigurationError
-from memstack.history import cut_points, is_output, pair_key, split_units, validate_items
+from memstack.history import cut_points, is_output, pair_key, split_units
 from memstack.layers.ttl_record import Stamp, UnknownRecord, read_record, write_record
 
 if TYPE_CHECKING:
@@ -283,7 +283,6 @@ class TTLSession(SessionLayer):
     async def add_items(
         self, items: list[TResponseInputItem], *, wrapper: RunContextWrapper[Any] | None = None
     ) -> None:
-        validate_items(items, layer=type(self).__name__)
         if not items:
             return
         forward = self.forward(wrapper)

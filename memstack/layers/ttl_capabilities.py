@@ -20,11 +20,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from memstack.backends.adapters import capabilities_of
 from memstack.backends.capabilities import (
     Item,
     Predicate,
     StorageCapabilities,
-    capabilities_of,
     check_replacement,
 )
 from memstack.context import current_write_time

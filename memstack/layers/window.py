@@ -15,8 +15,9 @@ set (``max_items``, ``max_turns``, ``max_tokens``), after the pinned items (syst
 developer messages, compaction items) that precede it. The suffix starts only where the
 history may be cut (``memstack.history``), so no tool output loses its call and no
 reasoning item loses what follows it; with ``align="turn"`` it starts at a user message.
-The newest user turn is always included, even when it alone exceeds a budget: a window
-that dropped the question being answered would be worse than one that is too long.
+When the newest user turn alone exceeds a budget (an agent loop: one task, then many
+tool steps), the view keeps that user message (the task), then the newest units of the
+turn that fit: only a single unit larger than the budget can make a view exceed it.
 The store is not changed unless ``trim=True``.
 
 Reads are bounded: the layer reads the newest items with ``inner.get_items(limit=k)``,
@@ -46,10 +47,17 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from agents.memory.session_settings import resolve_session_limit
 
-from memstack.backends.capabilities import capabilities_of
+from memstack.backends.adapters import capabilities_of
 from memstack.base import SessionLayer
 from memstack.errors import CapabilityError, ConfigurationError
-from memstack.history import cut_points, is_output, is_pinned, is_user_message, pair_key
+from memstack.history import (
+    cut_points,
+    is_output,
+    is_pinned,
+    is_user_message,
+    pair_key,
+    stored_items,
+)
 from memstack.tokens import ItemCounter, TokenCounter, item_digest
 
 if TYPE_CHECKING:
@@ -158,6 +166,8 @@ class _Tail:
             self.plain.append(self.plain[-1] + (not is_pinned(item)))
         # Lowest index a plan looked at: how much of the tail the answer needed.
         self.reach = n
+        self.counter = counter
+        self._weights: dict[int, int] = {}
         if counter is not None:
             self.tokens = _Suffix(lambda i: counter.count_item(items[i]), n)
             self.pinned_tokens = [0]
@@ -174,15 +184,28 @@ class _Tail:
             count += 1
         return count
 
+    def task(self, start: int, end: int) -> int | None:
+        """The newest user message of ``items[:end]`` when a view starting at ``start``
+        skips it: the task of an agent loop, kept ahead of the loop's newest units."""
+        index = bisect_left(self.users, end) - 1
+        if index < 0 or self.users[index] >= start:
+            return None
+        return self.users[index]
+
     def fits(self, start: int, end: int, budget: Budget) -> bool:
-        """Whether pinned items before ``start`` plus ``items[start:end]`` fit ``budget``."""
+        """Whether pinned items before ``start``, the task a view starting inside the
+        newest turn keeps, and ``items[start:end]`` fit ``budget``."""
         pinned = bisect_left(self.pinned, start)
-        if budget.items is not None and pinned + end - start > budget.items:
+        task = self.task(start, end)
+        extra = 0 if task is None else 1
+        if budget.items is not None and pinned + extra + end - start > budget.items:
             return False
-        if budget.turns is not None and self.turns(start, end) > budget.turns:
+        if budget.turns is not None and max(extra, self.turns(start, end)) > budget.turns:
             return False
         if budget.tokens is not None:
             used = self.pinned_tokens[pinned] + self.tokens(start) - self.tokens(end)
+            if task is not None:
+                used += self.weight(task)
             if used > budget.tokens:
                 return False
         return True
@@ -199,7 +222,12 @@ class _Tail:
         return self.units[index] if index >= 0 else None
 
     def earliest_fit(self, end: int, budget: Budget) -> int | None:
-        """Earliest start whose view of ``items[:end]`` fits, else the newest turn."""
+        """Earliest start whose view of ``items[:end]`` fits.
+
+        When even the newest turn does not fit (an agent loop: one task, many tool
+        steps), the start moves inside it: the task message is kept, then the newest
+        units that fit, and at least the newest unit.
+        """
         newest = self.newest_turn(end)
         if newest is None:
             return None
@@ -211,10 +239,41 @@ class _Tail:
                 break
             best = start
         if best is None or not candidates:
-            return newest
+            return self.inside_turn(newest, end, budget)
         if best == candidates[0] and not self.complete:
             return None
         return best
+
+    def inside_turn(self, newest: int, end: int, budget: Budget) -> int:
+        """Where a view starts inside the newest turn ``items[newest:end]``."""
+        if newest >= end or not is_user_message(self.items[newest]):
+            return newest
+        inner = self.units[bisect_right(self.units, newest) : bisect_left(self.units, end)]
+        if not inner:
+            return newest
+        best = inner[-1]  # the newest unit, even when it alone exceeds the budget
+        for start in reversed(inner[:-1]):
+            if not self.fits(start, end, budget):
+                break
+            best = start
+        return best
+
+    def allowed_at(self, start: int, end: int) -> bool:
+        """Whether a view of ``items[:end]`` may start at ``start``."""
+        newest = self.newest_turn(end)
+        if start in self.allowed or start == newest:
+            return True
+        # Inside the newest turn, at a unit boundary: an agent loop's window.
+        return (
+            newest is not None
+            and newest < start < end
+            and is_user_message(self.items[newest])
+            and self.is_unit_start(start)
+        )
+
+    def is_unit_start(self, index: int) -> bool:
+        position = bisect_left(self.units, index)
+        return position < len(self.units) and self.units[position] == index
 
     def plan(self, budget: Budget, low: Budget | None, *, anchored: bool = True) -> int | None:
         """Where the window starts; with ``low``, the hysteresis replay from an anchor.
@@ -234,10 +293,9 @@ class _Tail:
         for end in self.cuts[bisect_right(self.cuts, origin) :]:
             if start is None:
                 return None
-            # A start forced by a newest turn that has since been followed by a user
-            # message is no longer allowed under align="turn".
-            allowed = start in self.allowed or start == self.newest_turn(end)
-            if not allowed or not self.fits(start, end, budget):
+            # A start forced by a newest turn (or inside it) that has since been followed
+            # by a user message is no longer allowed.
+            if not self.allowed_at(start, end) or not self.fits(start, end, budget):
                 start = self.earliest_fit(end, low)
         return start
 
@@ -279,8 +337,19 @@ class _Tail:
         return share
 
     def view(self, start: int) -> list[Item]:
-        pinned = [self.items[i] for i in self.pinned if i < start]
-        return [*pinned, *self.items[start:]]
+        kept = [i for i in self.pinned if i < start]
+        task = self.task(start, self.n)
+        if task is not None:
+            kept.append(task)  # after every pinned item before it, before any after it
+            kept.sort()
+        return [*(self.items[i] for i in kept), *self.items[start:]]
+
+    def weight(self, index: int) -> int:
+        """Tokens of one item (the task), counted once."""
+        if index not in self._weights:
+            assert self.counter is not None
+            self._weights[index] = self.counter.count_item(self.items[index])
+        return self._weights[index]
 
 
 def _is_int(value: object, minimum: int) -> bool:
@@ -371,10 +440,7 @@ class SlidingWindowSession(SessionLayer):
     async def get_items(
         self, limit: int | None = None, *, wrapper: RunContextWrapper[Any] | None = None
     ) -> list[TResponseInputItem]:
-        """The window; with ``limit``, its last ``limit`` items (the SDK's meaning).
-
-        The newest user turn is always included, even when it alone exceeds a budget.
-        """
+        """The window; with ``limit``, its last ``limit`` items (the SDK's meaning)."""
         view = await self._window(wrapper)
         limit = resolve_session_limit(limit, self.session_settings)
         if limit is None:
@@ -385,7 +451,11 @@ class SlidingWindowSession(SessionLayer):
         floor = max(self.pinned_lookback, (self.budget.items or 0) + _READ_SLACK, _MIN_READ)
         size = max(floor, self._read_hint + self._read_hint // 4)
         while True:
-            items = await self.inner.get_items(size, **self.forward(wrapper))
+            items = stored_items(
+                await self.inner.get_items(size, **self.forward(wrapper)),
+                layer=type(self).__name__,
+                session_id=self.session_id,
+            )
             complete = len(items) < size
             tail = _Tail(
                 items,
@@ -400,7 +470,7 @@ class SlidingWindowSession(SessionLayer):
             size *= 2
         self._read_hint = len(items) - tail.reach
         if self.trim and start > 0:
-            await self._trim(items, start)
+            await self._trim(items, start, tail.task(start, len(items)))
         return list(tail.view(start))  # type: ignore[arg-type]
 
     def filter_model_input(self, items: Sequence[Item]) -> list[Item]:
@@ -419,9 +489,9 @@ class SlidingWindowSession(SessionLayer):
         start = tail.plan(self.budget, self.low, anchored=True)
         return list(tail.view(start or 0))
 
-    async def _trim(self, items: Sequence[Item], start: int) -> None:
+    async def _trim(self, items: Sequence[Item], start: int, task: int | None) -> None:
         dropped = [dict(item) for item in items[:start]]
-        kept = [item for item in dropped if is_pinned(item)]
+        kept = [item for i, item in enumerate(dropped) if is_pinned(item) or i == task]
         if len(kept) < len(dropped):
             # With expect=, a concurrent change since our read makes this a no-op.
             await capabilities_of(self.inner).replace_oldest(start, kept, expect=dropped)

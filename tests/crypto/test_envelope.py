@@ -175,3 +175,64 @@ def test_seal_validates_items_with_their_index() -> None:
         cipher().seal("text")
     with pytest.raises(ItemValidationError, match="not JSON-serialisable"):
         cipher().seal({"x": float("nan")})
+
+
+# -- the cache of authenticated envelopes ---------------------------------------------------
+
+
+class CountingAead:
+    """Stands in for AESGCM to count decryptions; delegates the real work."""
+
+    def __init__(self, real: AESGCM) -> None:
+        self.real, self.decrypts = real, 0
+
+    def decrypt(self, nonce: bytes, data: bytes, aad: bytes) -> bytes:
+        self.decrypts += 1
+        return self.real.decrypt(nonce, data, aad)
+
+    def encrypt(self, nonce: bytes, data: bytes, aad: bytes) -> bytes:
+        return self.real.encrypt(nonce, data, aad)
+
+
+def counting(reader: SessionCipher, kid: str) -> CountingAead:
+    reader.open(reader.seal(SHORT))  # derive the key once
+    real, aad = reader._aeads[kid]
+    spy = CountingAead(real)
+    reader._aeads[kid] = (spy, aad)  # type: ignore[assignment]
+    return spy
+
+
+def test_an_envelope_is_authenticated_once_then_read_from_the_cache() -> None:
+    reader = cipher()
+    spy = counting(reader, key_id(KEY))
+    envelope = reader.seal(LONG)
+    first = reader.open(envelope)
+    first["output"] = "changed by the caller"
+    again = reader.open(dict(envelope))
+    assert again == LONG  # a fresh dict every read: callers cannot alter the cache
+    assert spy.decrypts == 1
+
+
+def test_the_cache_never_answers_for_another_key_id_or_a_tampered_envelope() -> None:
+    first, second = generate_key(), generate_key()
+    sealer = SessionCipher("s1", Keyring({"a": first, "b": second}, active="a"))
+    envelope = sealer.seal(SHORT)
+    assert sealer.open(envelope) == SHORT  # now cached under ("a", ct)
+    with pytest.raises(DecryptionError, match="cannot authenticate"):
+        sealer.open({**envelope, "kid": "b"})
+    flipped = bytearray(blob(envelope))
+    flipped[-1] ^= 1
+    with pytest.raises(DecryptionError, match="cannot authenticate"):
+        sealer.open(rebuild(envelope, bytes(flipped)))
+
+
+def test_the_cache_is_bounded_by_the_characters_it_holds() -> None:
+    from memstack.crypto.envelope import OpenedCache
+
+    cache = OpenedCache(max_chars=800)
+    for n in range(50):
+        cache.put("k", f"ct{n}", "x" * 90)
+    assert cache._chars <= 800 and len(cache._entries) == 8
+    assert cache.get("k", "ct49") is not None and cache.get("k", "ct0") is None
+    cache.put("k", "huge", "y" * 200)  # over an eighth of the bound: not kept
+    assert cache.get("k", "huge") is None

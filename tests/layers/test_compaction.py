@@ -36,6 +36,7 @@ from memstack.compaction import (
     input_filter,
 )
 from memstack.compaction.records import is_record, parse_record
+from memstack.compaction.triggers import Estimate
 from memstack.crypto import generate_key
 from memstack.history import history_problems, is_pinned
 from memstack.testing import CONTRACT_CHECKS, FakeClock, InMemorySession, sample_items
@@ -176,6 +177,34 @@ async def test_reads_stay_bounded_on_a_long_history(store: Any) -> None:
     # One read of the tail since the last compaction (and a count where there is one).
     assert len(inner.limits) == 1 and inner.limits[0] <= 64
     assert await raw_items(session) == items
+
+
+async def test_a_write_under_the_trigger_reads_nothing() -> None:
+    """One view read per turn: the trigger check after a write reuses the last measure."""
+    inner = Counting("turns")
+    session = CompactionSession(inner, strategy=summarize(), trigger=Items(60, target=20))
+    items = sample_items(400)
+    await session.add_items(items[:4])  # the first write measures the view once
+    reads_per_write = []
+    for start in range(4, 400, 4):
+        inner.limits.clear()
+        await session.add_items(items[start : start + 4])
+        reads_per_write.append(len(inner.limits))
+        assert len(await session.get_items()) <= 60  # the trigger still keeps its limit
+    # Full checks only when the estimate reaches the limit or every 16 writes.
+    assert reads_per_write.count(0) >= len(reads_per_write) * 3 // 4, reads_per_write
+    assert await records(session)  # and it did compact
+
+
+async def test_another_process_writes_are_caught_by_the_periodic_full_check() -> None:
+    store = InMemorySession("shared")
+    ours = CompactionSession(store, strategy=summarize(), trigger=Items(40, target=12))
+    theirs = CompactionSession(store, strategy=summarize(), trigger=None)  # never compacts
+    await ours.add_items(sample_items(4, tag="a"))
+    await theirs.add_items(sample_items(100, tag="b"))  # far over the limit, unseen by ours
+    for n in range(Estimate.FULL_CHECK_EVERY):
+        await ours.add_items([{"role": "user", "content": f"ping {n}"}])
+    assert len(await ours.get_items()) <= 40
 
 
 # -- failures --------------------------------------------------------------------------------

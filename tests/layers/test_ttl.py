@@ -13,7 +13,7 @@ from agents.memory import SessionSettings
 
 from memstack import LayerSpec, build_stack
 from memstack.errors import BackendError, CapabilityError, ConfigurationError
-from memstack.history import history_problems
+from memstack.history import history_problems, valid_view
 from memstack.layers import PassthroughSession, TTLSession, purge_written_before
 from memstack.layers.ttl_record import MARKER
 from memstack.testing import CONTRACT_CHECKS, FakeClock, InMemorySession, sample_items
@@ -233,8 +233,10 @@ async def test_limit_counts_live_items(store: Store) -> None:
     assert await session.get_items(limit=3) == live[-3:]
     assert await session.get_items(limit=4) == live
     assert await session.get_items(limit=10) == live
-    session.session_settings = SessionSettings(limit=2)
-    assert await session.get_items() == live[-2:]
+    session.session_settings = SessionSettings(limit=3)
+    assert await session.get_items() == live[-3:]
+    # A limit that cuts a call from its output leaves the output out, as the SDK does.
+    assert await session.get_items(limit=2) == live[-1:]
 
 
 class CountingSession(PassthroughSession):
@@ -260,8 +262,8 @@ async def test_reads_are_bounded_by_the_live_tail() -> None:
 
     reader = TTLSession(counter, ttl=HOUR, clock=clock)
     counter.reads.clear()
-    assert len(await reader.get_items(limit=50)) == 50
-    assert counter.reads == [51]
+    assert len(await reader.get_items(limit=51)) == 51  # 51: a limit of 50 would cut a pair
+    assert counter.reads == [52]
 
     counter.reads.clear()
     # Cold: the tail grows by 4, then to the whole history once that is at most 16 times.
@@ -757,7 +759,8 @@ async def _keeps_every_promise(store: Store, seed: int) -> None:
         assert history_problems(view) == []
         assert all(time + HOUR > clock.now for time in times)  # nothing expired is shown
         for n in (1, 2, 3, 5, len(view), len(view) + 1):
-            assert await session.get_items(limit=n) == view[-n:]
+            # A limit slices the view; what it cut from its call is left out, as the SDK does.
+            assert await session.get_items(limit=n) == valid_view(view[-n:])
         if rng.random() < 0.3:
             purged += await session.purge_expired()
             assert await session.get_items() == view

@@ -28,7 +28,14 @@ from memstack import (
     TokenCounter,
     build_stack,
 )
-from memstack.history import cut_points, history_problems, is_pinned, is_user_message, split_turns
+from memstack.history import (
+    cut_points,
+    history_problems,
+    is_pinned,
+    is_user_message,
+    split_turns,
+    split_units,
+)
 from memstack.layers import window as window_module
 from memstack.testing import CONTRACT_CHECKS, InMemorySession, ScriptedModel, ToolCall, sample_items
 from memstack.testing.conversation import get_weather
@@ -78,10 +85,23 @@ def candidates(items: Sequence[Item], align: str) -> tuple[list[int], int]:
     return [s for s in starts if s <= newest], newest
 
 
+def inside_starts(items: Sequence[Item], newest: int) -> list[int]:
+    """Starts inside the newest turn (an agent loop), which keep the task message."""
+    if not is_user_message(items[newest]):
+        return []
+    ok = cut_points(items)
+    return [s for s in range(newest + 1, len(items)) if ok[s]]
+
+
 def view_from(items: Sequence[Item], start: int, lookback: int) -> list[Item]:
     region = max(0, len(items) - lookback)
-    pinned = [item for i, item in enumerate(items[:start]) if i >= region and is_pinned(item)]
-    return [*pinned, *items[start:]]
+    kept = [i for i in range(start) if i >= region and is_pinned(items[i])]
+    users = [i for i in range(start) if is_user_message(items[i])]
+    if users and not any(is_user_message(x) for x in items[start:]) and users[-1] not in kept:
+        task = max(i for i, x in enumerate(items) if is_user_message(x) and cut_points(items)[i])
+        if task < start:
+            kept = sorted([*kept, task])
+    return [*(items[i] for i in kept), *items[start:]]
 
 
 def measure(items: Sequence[Item], start: int, lookback: int) -> tuple[int, int, int]:
@@ -89,6 +109,8 @@ def measure(items: Sequence[Item], start: int, lookback: int) -> tuple[int, int,
     turns = sum(
         1 for t in split_turns(suffix) if any(not is_pinned(x) for x in suffix[t.start : t.stop])
     )
+    if len(view) > len(suffix) and any(is_user_message(x) for x in view[: len(view) - len(suffix)]):
+        turns = max(turns, 1)  # the task and the loop after it are one turn
     return len(view), turns, counter().count_items(view)
 
 
@@ -104,11 +126,19 @@ def fits(options: Options, items: Sequence[Item], start: int, scale: float = 1.0
     )
 
 
+def all_starts(items: Sequence[Item], options: Options) -> list[int]:
+    starts, newest = candidates(items, options.align)
+    return [*starts, *inside_starts(items, newest)]
+
+
 def starts_of(items: Sequence[Item], view: Sequence[Item], options: Options) -> list[int]:
     """Allowed starts whose view is ``view`` (several when only pinned items lie between)."""
-    starts, _ = candidates(items, options.align)
-    found = [s for s in starts if view_from(items, s, options.pinned_lookback) == list(view)]
-    assert found, "the view is not the pinned items before an allowed start plus a suffix"
+    found = [
+        s
+        for s in all_starts(items, options)
+        if view_from(items, s, options.pinned_lookback) == list(view)
+    ]
+    assert found, "the view is not pinned items (and the task) before an allowed start + a suffix"
     return found
 
 
@@ -119,12 +149,18 @@ def check_view(items: Sequence[Item], view: Sequence[Item], options: Options) ->
         assert view == []
         return 0
     found = starts_of(items, view, options)
-    starts, newest = candidates(items, options.align)
-    assert found[0] <= newest, "the newest user turn must be included"
+    _, newest = candidates(items, options.align)
+    inside = inside_starts(items, newest)
+    if found[0] > newest:
+        # Inside the newest turn only when that turn as a whole is over budget (with
+        # hysteresis: over the low watermark when the start last moved).
+        scale = options.low_watermark or 1.0
+        assert not fits(options, items, newest, scale), "cut into the newest turn though it fits"
     if not fits(options, items, found[0]):
-        assert newest in found, "over budget although the newest turn alone would do"
+        last = inside[-1] if inside else newest
+        assert last in found, "over budget although the newest unit (and task) alone would do"
     if options.low_watermark is None:
-        earlier = [s for s in starts if s < found[0]]
+        earlier = [s for s in all_starts(items, options) if s < found[0]]
         if earlier:
             assert not fits(options, items, earlier[-1]), "not maximal: one more unit would fit"
     return found[-1]
@@ -324,12 +360,16 @@ def turn(n: int, *, calls: int = 1) -> list[Item]:
     return items
 
 
-async def test_newest_turn_is_kept_even_over_budget() -> None:
+async def test_agent_loop_keeps_the_task_then_the_newest_units() -> None:
     items = [*turn(1), *turn(2, calls=5)]
+    task = items[4]
     view = await window_of(items, Options(max_items=3))
-    assert view == items[4:]  # the whole newest turn: 12 items for a budget of 3
+    assert view == [task, items[-1]]  # the task, then the newest units that fit: 2 of 3
+    assert items[-3]["type"] == "function_call"
+    view = await window_of(items, Options(max_items=4))
+    assert view == [task, *items[-3:]]  # a call is never separated from its output
     view = await window_of(items, Options(max_tokens=5))
-    assert view == items[4:]
+    assert view == [task, items[-1]]  # only the newest unit may exceed the budget
 
 
 async def test_pinned_items_are_kept_and_counted() -> None:
@@ -667,3 +707,29 @@ async def test_in_run_filter_is_the_same_window(options: dict[str, Any]) -> None
         window = SlidingWindowSession(InMemorySession("in-run"), **options)
         await window.add_items(items)
         assert window.filter_model_input(items) == await window.get_items()
+
+
+async def test_budget_holds_inside_agent_loops_on_coding_transcripts() -> None:
+    """max_tokens=8000 on real coding runs: every view minus its newest unit fits, both
+    through get_items and through the in-run filter (one task, then 41-145 tool steps)."""
+    budget, checked, largest = 8000, 0, 0
+    for record in conversations("swe_coding"):
+        items: list[Item] = record["items"]
+        store = InMemorySession(record["id"])
+        window = Options(max_tokens=budget).layer(store)
+        written = 0
+        for point in checkpoints(items, every=20):
+            await store.add_items(items[written:point])  # type: ignore[arg-type]
+            written = point
+            for view in (await window.get_items(), window.filter_model_input(items[:point])):
+                assert history_problems(view) == []
+                newest = split_units(view)[-1]
+                without = counter().count_items(view) - counter().count_items(
+                    view[newest.start :]
+                )
+                assert without <= budget, (record["id"], point, without)
+                largest = max(largest, counter().count_items(view))
+                checked += 1
+    assert checked > 500
+    # Before the agent-loop rule the newest turn was kept whole: 27,000 tokens and more.
+    assert largest < 3 * budget

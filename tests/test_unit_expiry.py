@@ -1,0 +1,104 @@
+"""Half a unit expires: in every order of the four layers, on every backend, and in every
+shipped recipe, no view the API would refuse.
+
+A tool call written in one batch and its output in the next expire at different times when
+TTL sits below encryption (it sees only envelopes). Whatever the order, the top of the stack
+must never return the output without its call.
+"""
+
+from __future__ import annotations
+
+import itertools
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from memstack import LayerSpec, TTLSession, build_stack
+from memstack.compaction import Mask
+from memstack.crypto import generate_key
+from memstack.history import history_problems
+from memstack.recipes import load_recipe
+from memstack.testing import FakeClock
+
+from .conftest import Store
+from .test_shipped_recipes import CONTRACT_OVERRIDES, SHIPPED, _dispose, _test_url
+
+HOUR = 3600.0
+KEY = generate_key()
+LAYER_NAMES = ("ttl", "encrypted", "compaction", "window")
+ORDERS = list(itertools.permutations(LAYER_NAMES))
+
+
+def _batches() -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
+    tag = uuid.uuid4().hex[:6]
+    first = [
+        {"role": "user", "content": "what is the weather?"},
+        {"type": "function_call", "call_id": f"c-{tag}", "name": "weather", "arguments": "{}"},
+    ]
+    second = [
+        {"type": "function_call_output", "call_id": f"c-{tag}", "output": "sunny"},
+        {"role": "assistant", "content": "It is sunny."},
+    ]
+    third = [{"role": "user", "content": "and tomorrow?"}]
+    return first, second, third
+
+
+async def _expire_half_a_unit(session: Any, clock: FakeClock, ttl: TTLSession | None) -> None:
+    first, second, third = _batches()
+    lifetime = (ttl.ttl if ttl else None) or HOUR
+    step = min(lifetime, (ttl.idle_ttl if ttl else None) or lifetime) / 3
+    written = clock.now
+    await session.add_items(first)
+    clock.tick(step)
+    await session.add_items(second)  # the output joins its call later (an approval, say)
+    while clock.now < written + lifetime:
+        await session.add_items(third)  # activity, so that no idle expiry hides it all
+        clock.tick(min(step, written + lifetime + 1 - clock.now))
+    # Now the call has expired and its output has not.
+    for _ in range(2):
+        view = await session.get_items()
+        assert history_problems(view) == [], (session, view)
+        assert second[1] in view and third[0] in view  # what is live is still shown
+        await session.add_items([{"role": "assistant", "content": "Also sunny."}])
+
+
+def _options(name: str, clock: FakeClock) -> dict[str, Any]:
+    return {
+        "ttl": {"ttl": HOUR, "clock": clock, "purge_every": 0},  # purge after every write
+        "encrypted": {"key": KEY},
+        "compaction": {"strategy": Mask(keep_last_turns=1, min_chars=0)},
+        "window": {"max_items": 50},
+    }[name]
+
+
+@pytest.mark.parametrize("order", ORDERS, ids=lambda order: "-".join(order))
+async def test_every_layer_order_on_every_backend(store: Store, order: tuple[str, ...]) -> None:
+    clock = FakeClock()
+    specs = [LayerSpec(name, _options(name, clock)) for name in order]
+    session = build_stack(store.open(f"half-{uuid.uuid4().hex[:10]}"), specs)
+    await _expire_half_a_unit(session, clock, session.find(TTLSession))
+    await session.clear_session()
+
+
+@pytest.mark.parametrize("path", SHIPPED, ids=lambda path: path.stem)
+async def test_every_shipped_recipe(
+    path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in ("SUPPORT_KEY", "CHAT_KEY_CURRENT", "PII_KEY_CURRENT", "PII_KEY_PREVIOUS"):
+        monkeypatch.setenv(name, generate_key())
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-not-used-the-trigger-never-fires-in-these-tests")
+    base = load_recipe(path)
+    recipe = load_recipe(
+        path, url=_test_url(base.url, tmp_path), **CONTRACT_OVERRIDES.get(path.stem, {})
+    )
+    session = recipe.build(f"half-{uuid.uuid4().hex[:10]}")
+    clock, ttl = FakeClock(), session.find(TTLSession)
+    if ttl is not None:
+        ttl.clock = clock  # the recipe's retention, on a clock the test drives
+    try:
+        await _expire_half_a_unit(session, clock, ttl)
+    finally:
+        await session.clear_session()
+        await _dispose(session)
