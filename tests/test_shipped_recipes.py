@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from pathlib import Path
 from typing import Any
@@ -9,7 +10,8 @@ from typing import Any
 import pytest
 
 from memstack.crypto import generate_key
-from memstack.recipes import load_recipe
+from memstack.layers.memory import MemorySession
+from memstack.recipes import Recipe, load_recipe
 from memstack.testing import CONTRACT_CHECKS
 from memstack.testing.conversation import run_conversation
 
@@ -25,12 +27,19 @@ CONTRACT_OVERRIDES: dict[str, dict[str, Any]] = {
     "ephemeral-redis": {"window": {"max_items": 1000}},
     "customer-support": {"window": {"max_tokens": 200_000}},
     "dev-sqlite": {"window": {"max_tokens": 200_000}},
+    "personal-assistant": {"window": {"max_tokens": 200_000}},
 }
 
 
 @pytest.fixture(autouse=True)
 def secrets(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in ("SUPPORT_KEY", "CHAT_KEY_CURRENT", "PII_KEY_CURRENT", "PII_KEY_PREVIOUS"):
+    for name in (
+        "SUPPORT_KEY",
+        "CHAT_KEY_CURRENT",
+        "PII_KEY_CURRENT",
+        "PII_KEY_PREVIOUS",
+        "ASSISTANT_KEY",
+    ):
         monkeypatch.setenv(name, generate_key())
     monkeypatch.setenv("OPENAI_API_KEY", "sk-not-used-the-trigger-never-fires-in-these-tests")
 
@@ -43,6 +52,7 @@ def test_every_recipe_is_tested() -> None:
         "coding-agent",
         "strict-pii",
         "ephemeral-redis",
+        "personal-assistant",
     }
 
 
@@ -64,7 +74,18 @@ def _test_url(recipe_url: str, tmp_path: Path) -> str:
     raise AssertionError(f"no test server for {recipe_url}")
 
 
+def _test_memory(recipe: Recipe, tmp_path: Path) -> Recipe:
+    """The recipe with its [memory] store (if any) in a test file."""
+    if not recipe.memory:
+        return recipe
+    url = f"sqlite:///{tmp_path / 'memory.db'}"
+    return dataclasses.replace(recipe, memory={**recipe.memory, "url": url})
+
+
 async def _dispose(session: Any) -> None:
+    for layer in session:
+        if isinstance(layer, MemorySession):
+            await layer.store.close()
     backend = list(session)[-1]
     engine = getattr(backend, "engine", None)
     if engine is not None:
@@ -82,6 +103,7 @@ async def test_recipe_contract(path: Path, check: Any, tmp_path: Path) -> None:
     base = load_recipe(path)
     overrides = CONTRACT_OVERRIDES.get(path.stem, {})
     recipe = load_recipe(path, url=_test_url(base.url, tmp_path), **overrides)
+    recipe = _test_memory(recipe, tmp_path)
     opened: dict[str, Any] = {}
 
     def factory(session_id: str) -> Any:
@@ -98,6 +120,7 @@ async def test_recipe_contract(path: Path, check: Any, tmp_path: Path) -> None:
 @pytest.mark.parametrize("path", SHIPPED, ids=lambda path: path.stem)
 def test_recipe_under_the_runner(path: Path, tmp_path: Path) -> None:
     recipe = load_recipe(path, url=_test_url(load_recipe(path).url, tmp_path))
+    recipe = _test_memory(recipe, tmp_path)
     made: list[Any] = []
 
     def make() -> Any:
