@@ -29,11 +29,10 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import and_, delete, event, func, insert, or_, select, text, union_all, update
+from sqlalchemy import and_, delete, event, func, insert, or_, select, text, update
 from sqlalchemy.engine import Row
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 from sqlalchemy.pool import StaticPool
-from sqlalchemy.sql import Subquery
 
 from memstack.backends.translate import store_errors
 from memstack.crypto.keys import KeyProvider
@@ -49,6 +48,7 @@ from memstack.memory.models import (
     check_choice,
     check_confidence,
 )
+from memstack.memory.queries import RecallQueries
 from memstack.memory.ranking import BM25, Packed, pack, precedence
 from memstack.memory.schema import SCHEMA_VERSION, Tables, tables
 from memstack.memory.text import term_counts
@@ -152,6 +152,7 @@ class MemoryStore:
         self.cipher = MemoryCipher(keys_from(key, keyring))
         self.cipher.check()
         self.tables: Tables = tables(table_prefix)
+        self.queries = RecallQueries(self.tables)
         self.create_tables = create_tables
         self.clock = clock
         self.bm25 = bm25 or BM25()
@@ -640,23 +641,9 @@ class MemoryStore:
         if not query_terms:
             return []
         now = _now_or(self.clock)
-        m = self.tables.memories
         with self._errors("searching memories"):
             async with self.engine.connect() as conn:
-                ranked = await self._bm25(conn, scope, query_terms, limit)
-                if ranked is None:
-                    return []
-                # One round trip: the best postings, summed, joined to their live rows.
-                rows = (
-                    await conn.execute(
-                        select(m, ranked.c.total)
-                        .join(ranked, ranked.c.memory_id == m.c.id)
-                        .where(
-                            m.c.superseded_at.is_(None),
-                            or_(m.c.expires_at.is_(None), m.c.expires_at > now),
-                        )
-                    )
-                ).all()
+                rows = await self._bm25(conn, scope, query_terms, limit, now)
         if not rows:
             return []
         wanted = set(kinds) if kinds else None
@@ -688,68 +675,58 @@ class MemoryStore:
             else:
                 missing.append(digest)
         if missing:
-            t = self.tables.terms
-            capped = [
-                select(t.c.term)
-                .where(t.c.scope == scope, t.c.term == digest)
-                .limit(_DF_CAP)
-                .subquery()
-                for digest in missing
-            ]
-            counts = union_all(
-                *(select(sub.c.term, func.count()).group_by(sub.c.term) for sub in capped)
-            )
-            found = {digest: int(df) for digest, df in await conn.execute(counts)}
+            params: dict[str, Any] = {"scope": scope, "cap": _DF_CAP}
+            params.update({f"t{i}": digest for i, digest in enumerate(missing)})
+            sql = text(self.queries.frequencies(len(missing)))
+            found = {int(term): int(df) for term, df in await conn.execute(sql, params) if df}
             for digest in missing:
                 cache[digest] = (found.get(digest, 0), now)
             known.update(found)
         return known
 
     async def _bm25(
-        self, conn: AsyncConnection, scope: str, query_terms: Mapping[str, int], limit: int
-    ) -> Subquery | None:
-        """BM25 over the impact index: each term's best postings, summed per memory in SQL.
+        self,
+        conn: AsyncConnection,
+        scope: str,
+        query_terms: Mapping[str, int],
+        limit: int,
+        now: float,
+    ) -> Sequence[Row[Any]]:
+        """The live rows of the best ``limit`` memories by BM25, with their ``total`` score.
 
         Each term contributes at most ``_POSTINGS_PER_TERM`` postings, read in impact
         order from an index, so a common word costs a bounded index range, not a scan;
         its document frequency is counted up to ``_DF_CAP`` only, where its weight is
-        already small. Returns the query of the best ``limit`` memory ids and their scores
-        (None when no term occurs), for the caller to join to the rows.
+        already small. Sums, ranking and the join to the rows run in the database
+        (``memstack.memory.queries``): one round trip once frequencies are cached.
         """
-        t = self.tables.terms
         n_docs, _ = await self._scope_stats(conn, scope)
         if n_docs == 0:
-            return None
+            return []
         digests: dict[int, str] = {}
         for term in query_terms:
             for digest in self.cipher.term_digests(scope, term):
                 digests[digest] = term
         df_by_digest = await self._document_frequencies(conn, scope, list(digests))
         if not df_by_digest:
-            return None
+            return []
         df_by_term: dict[str, int] = defaultdict(int)
         for digest, df in df_by_digest.items():
             df_by_term[digests[digest]] += df
-        best = []
-        for digest in df_by_digest:
+        params: dict[str, Any] = {
+            "scope": scope,
+            "per_term": _POSTINGS_PER_TERM,
+            "limit": limit,
+            "now": now,
+        }
+        for i, digest in enumerate(df_by_digest):
             term = digests[digest]
-            weight = self.bm25.idf(min(df_by_term[term], n_docs), n_docs) * query_terms[term]
-            best.append(
-                select(t.c.memory_id, (t.c.impact * weight).label("score"))
-                .where(t.c.scope == scope, t.c.term == digest)
-                .order_by(t.c.impact.desc())
-                .limit(_POSTINGS_PER_TERM)
-                .subquery()
+            params[f"t{i}"] = digest
+            params[f"w{i}"] = (
+                self.bm25.idf(min(df_by_term[term], n_docs), n_docs) * query_terms[term]
             )
-        postings = union_all(*(select(sub.c.memory_id, sub.c.score) for sub in best)).subquery()
-        total = func.sum(postings.c.score).label("total")
-        return (
-            select(postings.c.memory_id, total)
-            .group_by(postings.c.memory_id)
-            .order_by(total.desc(), postings.c.memory_id)
-            .limit(limit)
-            .subquery()
-        )
+        sql = text(self.queries.ranked(len(df_by_digest)))
+        return (await conn.execute(sql, params)).all()
 
     async def recall(
         self,
