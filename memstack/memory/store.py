@@ -72,7 +72,7 @@ _BATCH = 500
 _OWN_WEIGHT = 3
 # Postings read per query term, best impact first, and the cap on counting a term's
 # document frequency: beyond these a term is so common that it barely ranks.
-_POSTINGS_PER_TERM = 300
+_POSTINGS_PER_TERM = 200
 _DF_CAP = 5_000
 _DF_CACHE_SCOPES = 1_000
 # A scope with this many memories has a stable mean length for BM25 normalisation.
@@ -749,7 +749,7 @@ class MemoryStore:
                 f"max_tokens must be an int >= 1, not {max_tokens!r}", layer=_LAYER
             )
         # Enough candidates to fill the budget with short memories, and no more to decode.
-        limit = min(_CANDIDATES, max(20, max_tokens // 15))
+        limit = min(_CANDIDATES, max(20, max_tokens // 20))
         ranked = [m for m, _ in await self.search(scope, query, limit=limit, kinds=kinds)]
         if profile:
             ranked += await self._profile(scope, exclude={m.id for m in ranked})
