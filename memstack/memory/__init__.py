@@ -11,6 +11,13 @@ into memories; consolidation keeps them tidy without deleting anything.
 """
 
 from memstack.memory.consolidate import Change, ConsolidationPolicy, plan_consolidation
+from memstack.memory.distill import (
+    DistillationHooks,
+    Distiller,
+    DistillReport,
+    LLMExtractor,
+    RuleExtractor,
+)
 from memstack.memory.models import KINDS, SOURCES, Event, Memory, Provenance
 from memstack.memory.ranking import BM25
 from memstack.memory.store import MemoryStore, Recall
@@ -22,11 +29,16 @@ __all__ = [
     "SOURCES",
     "Change",
     "ConsolidationPolicy",
+    "DistillReport",
+    "DistillationHooks",
+    "Distiller",
     "Event",
+    "LLMExtractor",
     "Memory",
     "MemoryStore",
     "Provenance",
     "Recall",
+    "RuleExtractor",
     "memory_tools",
     "plan_consolidation",
 ]

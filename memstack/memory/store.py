@@ -551,10 +551,13 @@ class MemoryStore:
         return await self.forget(scope, key=key, actor=actor)
 
     # -- reading ---------------------------------------------------------------------------
-    async def _select(self, where: Any, *, live: bool) -> list[Memory]:
+    async def _select(self, where: Any, *, live: bool, newest: int | None = None) -> list[Memory]:
+        """Matching memories oldest first; with ``newest``, only that many most recent ones."""
         await self._prepare()
         m = self.tables.memories
         query = select(m).where(where)
+        if newest is not None:
+            query = query.order_by(m.c.updated_at.desc(), m.c.id).limit(newest)
         if live:
             now = _now_or(self.clock)
             query = query.where(
@@ -562,7 +565,9 @@ class MemoryStore:
             )
         with self._errors("reading memories"):
             async with self.engine.connect() as conn:
-                rows = (await conn.execute(query.order_by(m.c.created_at, m.c.id))).all()
+                if newest is None:
+                    query = query.order_by(m.c.created_at, m.c.id)
+                rows = (await conn.execute(query)).all()
         return [self._to_memory(row) for row in rows]
 
     async def get(self, scope: str, memory_id: str) -> Memory | None:
@@ -758,8 +763,11 @@ class MemoryStore:
 
     async def _profile(self, scope: str, *, exclude: set[str]) -> list[Memory]:
         m = self.tables.memories
+        # The most recently updated standing memories; a scope of thousands stays cheap.
         standing = await self._select(
-            and_(m.c.scope == scope, m.c.kind.in_(("preference", "fact"))), live=True
+            and_(m.c.scope == scope, m.c.kind.in_(("preference", "fact"))),
+            live=True,
+            newest=2 * _PROFILE,
         )
         now = _now_or(self.clock)
         standing = [memory for memory in standing if memory.id not in exclude]
