@@ -25,7 +25,7 @@ import json
 import time
 import uuid
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -64,11 +64,13 @@ _DRIVERS = {
     "mariadb": "mariadb+aiomysql",
 }
 _DEFAULT_CONFIDENCE = {"explicit": 1.0, "feedback": 0.9, "observed": 0.8, "inferred": 0.6}
-# BM25 candidates fetched before precedence and budget decide; enough for any sane budget.
+# BM25 candidates fetched before precedence and budget decide: max_tokens / 20 (a memory
+# line is rarely under 20 tokens), at most this many.
 _CANDIDATES = 200
 # Statistics for BM25 (memory count, mean length) are cached this long per scope.
 _STATS_SECONDS = 30.0
 _BATCH = 500
+# A memory's own words count this many times its (unshown) context's words.
 _OWN_WEIGHT = 3
 # Postings read per query term, best impact first, and the cap on counting a term's
 # document frequency: beyond these a term is so common that it barely ranks.
@@ -90,7 +92,7 @@ class Recall:
     text: str
     tokens: int
 
-    def __iter__(self) -> Any:
+    def __iter__(self) -> Iterator[Memory]:
         return iter(self.memories)
 
     def __len__(self) -> int:
