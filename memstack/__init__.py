@@ -38,6 +38,7 @@ from memstack.layers import (
     SlidingWindowSession,
     TTLSession,
 )
+from memstack.model_input import ModelInputFilter, input_filter
 from memstack.recipes import from_recipe, load_recipe
 from memstack.stack import LAYERS, LayerSpec, build_stack
 from memstack.tokens import TokenCounter
@@ -58,6 +59,7 @@ __all__ = [
     "ItemValidationError",
     "LayerSpec",
     "MemstackError",
+    "ModelInputFilter",
     "PassthroughSession",
     "RecipeError",
     "SessionLayer",
@@ -73,6 +75,7 @@ __all__ = [
     "capabilities_of",
     "find",
     "from_recipe",
+    "input_filter",
     "iter_chain",
     "load_recipe",
     "open_backend",

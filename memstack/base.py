@@ -20,10 +20,10 @@ from __future__ import annotations
 
 import functools
 import inspect
-from collections.abc import Callable, Coroutine, Iterator
+from collections.abc import Awaitable, Callable, Coroutine, Iterator
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar, cast
 
-from agents.memory import Session, SessionSettings
+from agents.memory import Session, SessionSettings, is_openai_responses_compaction_aware_session
 
 from memstack.backends.translate import store_errors
 from memstack.errors import ConfigurationError
@@ -41,6 +41,7 @@ __all__ = [
     "find",
     "full_history_layer",
     "iter_chain",
+    "limit_arg",
     "stored_history",
 ]
 
@@ -60,6 +61,26 @@ def _takes_wrapper(session: object) -> bool:
         if param is None or param.kind not in (param.POSITIONAL_OR_KEYWORD, param.KEYWORD_ONLY):
             return False
     return True
+
+
+def limit_arg(limit: int | None) -> dict[str, int]:
+    """``limit`` as the SDK passes it: by keyword, and not at all when there is none.
+
+    Some sessions declare ``limit`` keyword-only, or not at all; every one accepts this.
+    """
+    return {} if limit is None else {"limit": limit}
+
+
+def _refuse_compaction_aware(inner: Session, layer: str) -> None:
+    """The Runner calls ``run_compaction`` only on the top session: below a layer it never runs."""
+    if is_openai_responses_compaction_aware_session(inner):
+        raise ConfigurationError(
+            f"{type(inner).__name__} compacts only as the top session (the Runner calls its "
+            "run_compaction there), so under a memstack layer its compaction would silently "
+            "stop; wrap the store itself and compact with memstack's layer instead: "
+            "CompactionSession(store, strategy=ResponsesCompact(model=...))",
+            layer=layer,
+        )
 
 
 def _translating(
@@ -108,6 +129,7 @@ class SessionLayer:
                 f"inner must be an Agents SDK Session, not {type(inner).__name__}",
                 layer=type(self).__name__,
             )
+        _refuse_compaction_aware(inner, type(self).__name__)
         self.inner = inner
         # The top of a stack is the one place that validates what comes in and repairs
         # what goes out, whatever the order of the layers below it.
@@ -138,7 +160,7 @@ class SessionLayer:
     async def get_items(
         self, limit: int | None = None, *, wrapper: RunContextWrapper[Any] | None = None
     ) -> list[TResponseInputItem]:
-        return await self.inner.get_items(limit, **self.forward(wrapper))
+        return await self.inner.get_items(**limit_arg(limit), **self.forward(wrapper))
 
     @_translating
     async def add_items(
@@ -155,6 +177,16 @@ class SessionLayer:
     @_translating
     async def clear_session(self, *, wrapper: RunContextWrapper[Any] | None = None) -> None:
         await self.inner.clear_session(**self.forward(wrapper))
+
+    def close(self) -> Awaitable[None] | None:
+        """Close the store below the way its own ``close()`` does: sync, or awaitable.
+
+        ``SQLiteSession.close()`` is sync, ``RedisSession.close()`` a coroutine, so code that
+        closed its store closes the stack unchanged. A store without ``close()`` (the SDK's
+        ``SQLAlchemySession``: whoever made its engine disposes it) has nothing to close.
+        """
+        close = getattr(self.inner, "close", None)
+        return close() if callable(close) else None
 
     def storage_capabilities(self) -> StorageCapabilities:
         """What the store below can do, as seen through this layer.

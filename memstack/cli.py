@@ -1,6 +1,6 @@
 """The ``memstack`` command line: recipes, sessions, maintenance, the demo.
 
-    $ memstack validate recipes/dev-sqlite.toml
+    $ memstack validate recipes/dev-sqlite.toml              # no secret needed
     $ memstack inspect recipes/dev-sqlite.toml --session user-42
     $ memstack export recipes/dev-sqlite.toml --session user-42 -o user-42.jsonl
 
@@ -23,7 +23,7 @@ from agents.memory import Session
 
 from memstack import __version__
 from memstack.backends.capabilities import READ_ALL
-from memstack.base import SessionLayer, full_history_layer, iter_chain
+from memstack.base import SessionLayer, full_history_layer, iter_chain, limit_arg
 from memstack.errors import ConfigurationError, MemstackError
 from memstack.history import item_type, stored_history, validate_items
 from memstack.progress import progress_bar
@@ -72,9 +72,13 @@ async def cmd_validate(args: argparse.Namespace) -> int:
     from memstack.recipes import load_recipe
 
     recipe = load_recipe(args.recipe)
-    recipe.validate()
+    unresolved = recipe.validate(resolve=args.resolve)
     print(f"ok: {recipe.source}")
     print(f"stack (bottom → top): {recipe.describe()}")
+    if unresolved:
+        print("secrets checked for form only, not read (--resolve reads them):")
+        for reference in unresolved:
+            print(f"  {reference}")
     return EXIT_OK
 
 
@@ -86,11 +90,11 @@ async def cmd_inspect(args: argparse.Namespace) -> int:
     try:
         rows = []
         for session in iter_chain(stack):
-            items = await session.get_items(READ_ALL)
+            items = await session.get_items(limit=READ_ALL)
             rows.append((_label(session), len(items), counter.count_items(items)))
         print(f"session {stack.session_id!r}: {stack!r}\n")
         print(_table(["layer (top → store)", "items", "tokens"], rows))
-        view = await stack.get_items(args.limit)
+        view = await stack.get_items(**limit_arg(args.limit))
         print(f"\nwhat the model is sent ({len(view)} items):")
         print(
             _table(
@@ -118,7 +122,7 @@ async def cmd_stats(args: argparse.Namespace) -> int:
     counter = TokenCounter(args.model)
     stack = _open(args)
     try:
-        history = await full_history_layer(stack).get_items(READ_ALL)
+        history = await full_history_layer(stack).get_items(limit=READ_ALL)
         view = await stack.get_items()
         caps = capabilities_of(list(iter_chain(stack))[-1])
         rows = [
@@ -187,7 +191,7 @@ async def cmd_repair(args: argparse.Namespace) -> int:
     recipe = load_recipe(args.recipe, **({"url": args.url} if args.url else {}))
     store = recipe.open_store(args.session)
     try:
-        stored: list[Any] = list(await store.get_items(READ_ALL))
+        stored: list[Any] = list(await store.get_items(limit=READ_ALL))
         bad = [index for index, value in enumerate(stored) if not isinstance(value, dict)]
         rows = [
             (index, len(stored) - index, type(stored[index]).__name__, repr(stored[index])[:60])
@@ -215,11 +219,38 @@ async def cmd_rotate(args: argparse.Namespace) -> int:
     )
 
 
+async def cmd_adopt(args: argparse.Namespace) -> int:
+    """Bring the recipe's layers onto history written before them: one session, or all."""
+    from memstack.adoption import adopt_stack
+    from memstack.backends.sessions import session_ids
+    from memstack.recipes import load_recipe
+
+    recipe = load_recipe(args.recipe, **({"url": args.url} if args.url else {}))
+    if args.all:
+        probe = recipe.open_store("memstack-adopt")  # any id: the listing covers the store
+        try:
+            ids = await session_ids(probe)
+        finally:
+            await _close(probe)
+    else:
+        ids = [args.session]
+    for session_id in ids:
+        stack = recipe.build(session_id)
+        try:
+            counts = await adopt_stack(stack, allow_non_atomic=args.allow_non_atomic)
+        finally:
+            await _close(stack)
+        done = ", ".join(f"{layer} {count}" for layer, count in counts.items())
+        print(f"session {session_id!r}: items adopted by {done or 'no layer (views need none)'}")
+    print(f"adopted {len(ids)} session(s)")
+    return EXIT_OK
+
+
 async def cmd_export(args: argparse.Namespace) -> int:
     stack = _open(args)
     try:
         with stored_history():  # exactly what is stored, even a history the API would refuse
-            items = await full_history_layer(stack).get_items(READ_ALL)
+            items = await full_history_layer(stack).get_items(limit=READ_ALL)
         text = "".join(json.dumps(item, ensure_ascii=False) + "\n" for item in items)
         if args.output:
             await asyncio.to_thread(Path(args.output).write_text, text, encoding="utf-8")
@@ -271,11 +302,11 @@ async def cmd_demo(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 SCRIPT_BENCHMARKS = ("overhead", "scale", "load", "window", "encrypted", "ttl")
 
 
 async def cmd_bench(args: argparse.Namespace) -> int:
+    from memstack.bench.checkout import CHECKOUT_HINT, find_checkout
     from memstack.bench.tokens_bench import run_tokens_bench
 
     if args.bench == "memory":
@@ -285,11 +316,13 @@ async def cmd_bench(args: argparse.Namespace) -> int:
         await run_memory_bench(files, tokens=args.tokens, out=Path(args.out))
         return EXIT_OK
     if args.bench != "tokens":
-        script = BENCHMARKS / f"bench_{args.bench}.py"
-        if not script.exists():
+        checkout = find_checkout()
+        if checkout is None:
             raise ConfigurationError(
-                f"{script} not found: the script benchmarks run from a checkout of the repository"
+                f"memstack bench {args.bench} runs benchmarks/bench_{args.bench}.py, which "
+                f"needs a checkout (its recipes and the shared data): {CHECKOUT_HINT}"
             )
+        script = checkout / "benchmarks" / f"bench_{args.bench}.py"
         process = await asyncio.create_subprocess_exec(sys.executable, str(script), *args.extra)
         return await process.wait()
 
@@ -299,6 +332,7 @@ async def cmd_bench(args: argparse.Namespace) -> int:
         model=args.model,
         prices=Path(args.prices) if args.prices else None,
         out=Path(args.out),
+        real_summaries=args.real_summaries,
     )
     return EXIT_OK
 
@@ -322,6 +356,12 @@ def _parser() -> argparse.ArgumentParser:
 
     validate = add("validate", cmd_validate, "validate a recipe and show its stack", session=False)
     validate.add_argument("recipe", help="recipe file (TOML)")
+    validate.add_argument(
+        "--resolve",
+        action="store_true",
+        help="also read every secret reference (environment variables, key providers) "
+        "as building the stack would; by default none is needed",
+    )
     for name, handler, text in (
         ("inspect", cmd_inspect, "show a session's items and what each layer shows"),
         ("stats", cmd_stats, "counts and token totals of a session"),
@@ -340,6 +380,25 @@ def _parser() -> argparse.ArgumentParser:
         "no key needed; SQL stores only",
     )
     add("rotate", cmd_rotate, "re-encrypt a session under the active key (Encrypted layer)")
+    adopt = add(
+        "adopt",
+        cmd_adopt,
+        "bring history written before the layers into their format (TTL dates it, "
+        "encryption seals it)",
+        session=False,
+    )
+    adopt.add_argument("recipe", help="recipe file (TOML)")
+    which_sessions = adopt.add_mutually_exclusive_group(required=True)
+    which_sessions.add_argument("--session", help="session id")
+    which_sessions.add_argument(
+        "--all", action="store_true", help="every session of the store (SQL stores, Redis)"
+    )
+    adopt.add_argument("--url", help="store URL, overriding the recipe's")
+    adopt.add_argument(
+        "--allow-non-atomic",
+        action="store_true",
+        help="on a store without atomic rewrites, clear and refill each session",
+    )
     export = add("export", cmd_export, "write a session's full history as JSON Lines")
     export.add_argument("-o", "--output", help="file to write (default: standard output)")
     imp = add("import", cmd_import, "add items from a JSON Lines file to a session")
@@ -366,8 +425,9 @@ def _parser() -> argparse.ArgumentParser:
     tokens.add_argument(
         "--real-summaries",
         action="store_true",
-        help="summarise with the recipes' model (needs OPENAI_API_KEY; costs money); "
-        "default: the deterministic extractive summariser, labelled as such",
+        help="summarise with the recipes' model (needs OPENAI_API_KEY, and OPENAI_BASE_URL "
+        "for another OpenAI-compatible endpoint; costs money); default: the deterministic "
+        "extractive summariser, labelled as such",
     )
     memory = which.add_parser("memory", help="LoCoMo evidence recall of long-term memory")
     memory.add_argument("files", nargs="*", help="LoCoMo JSONL (default: locomo_dev.jsonl)")
@@ -377,7 +437,11 @@ def _parser() -> argparse.ArgumentParser:
 
     add_memory_commands(commands)
     for name in SCRIPT_BENCHMARKS:
-        which.add_parser(name, help=f"run benchmarks/bench_{name}.py (its own options follow)")
+        which.add_parser(  # --help too goes to the script, which lists its own options
+            name,
+            help=f"run benchmarks/bench_{name}.py from a checkout (its own options follow)",
+            add_help=False,
+        )
     return parser
 
 

@@ -7,7 +7,7 @@ Every failure memstack can report derives from one root, so applications can cat
     ├── ConfigurationError        bad option, unknown layer, wrong argument   (also ValueError)
     │   ├── RecipeError           a recipe file or mapping that does not validate
     │   └── VocabularyError       a tokenizer vocabulary missing or failing its hash
-    ├── ItemValidationError       an item that is not a JSON-serialisable dict   (also ValueError)
+    ├── ItemValidationError       an item that is not a JSON-serialisable dict (also TypeError)
     ├── BackendError              the store failed or is unreachable
     │   ├── CapabilityError       the store cannot do an operation (atomically)
     │   └── StoredItemError       a stored value no layer can read (``memstack repair``)
@@ -65,8 +65,12 @@ class RecipeError(ConfigurationError):
     """A recipe does not validate; the message names the file, layer and field."""
 
 
-class ItemValidationError(MemstackError, ValueError):
-    """An item handed to a session cannot be stored faithfully."""
+class ItemValidationError(MemstackError, TypeError, ValueError):
+    """An item handed to a session cannot be stored faithfully.
+
+    A ``TypeError`` as the SDK's stores raise for an unserialisable item, and still a
+    ``ValueError`` as in earlier releases.
+    """
 
 
 class BackendError(MemstackError):

@@ -12,18 +12,18 @@ A recipe has a ``[backend]`` table (``url`` plus options for ``open_backend``) a
 ordered ``[[layers]]`` array, bottom to top; each entry's ``layer`` names the layer and
 every other key is an option. Secrets never live in the file: an option that holds one
 (``key``, ``password``, …) must be ``{ env = "NAME" }`` or
-``{ provider = "module:function", … }``; a literal value is refused. Durations may be
-written ``"30d"``, ``"12h"``, ``"15m"``, ``"90s"``.
+``{ provider = "module:function", … }``; a literal value is refused. Every duration option
+(any option typed ``Seconds``: ``ttl``, ``purge_every``, a strategy's ``timeout``, …) may
+be written ``"30d"``, ``"12h"``, ``"15m"``, ``"90s"``.
 """
 
 from __future__ import annotations
 
 import os
-import re
 import tomllib
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from datetime import timedelta
+from dataclasses import dataclass
+from dataclasses import field as dataclass_field
 from importlib import import_module
 from pathlib import Path
 from typing import Any
@@ -31,6 +31,7 @@ from typing import Any
 from agents.memory import Session
 
 from memstack.backends import open_backend
+from memstack.durations import parse_duration
 from memstack.errors import ConfigurationError, RecipeError
 from memstack.stack import LAYERS, LayerSpec, build_stack, check_options, resolve_layer
 
@@ -39,8 +40,6 @@ __all__ = ["Recipe", "from_recipe", "load_recipe", "parse_duration"]
 SECRET_OPTIONS = frozenset(
     {"key", "keys", "keyring", "password", "secret", "api_key", "legacy_sdk_key"}
 )
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h|d|w)\s*$")
-_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 
 
 @dataclass(frozen=True)
@@ -52,16 +51,17 @@ class Recipe:
     backend_options: Mapping[str, Any]
     layers: tuple[LayerSpec, ...]
     #: The ``[memory]`` table: a long-term ``MemoryStore`` (``url``, ``key``/``keyring``, …).
-    memory: Mapping[str, Any] = field(default_factory=dict)
+    memory: Mapping[str, Any] = dataclass_field(default_factory=dict)
 
     def build(self, session_id: str) -> Session:
         """Open the store for ``session_id`` and stack the layers over it."""
         return self.stack_over(self.open_store(session_id))
 
     def open_store(self, session_id: str) -> Session:
-        """Only the store, with no layer over it (and no secret resolved)."""
+        """Only the store, with no layer over it (and no layer's secret resolved)."""
+        options = self._backend_options(resolve=True)
         try:
-            return open_backend(self.url, session_id, **self.backend_options)
+            return open_backend(self.url, session_id, **options)
         except ConfigurationError as exc:
             raise RecipeError(f"{self.source}: [backend]: {exc}") from exc
 
@@ -71,28 +71,40 @@ class Recipe:
         Secret references are resolved here, not when the recipe is loaded, so a job that
         only needs the store (a key-free purge) runs without the secrets.
         """
-        for index, spec in enumerate(self.layers):
-            where = _where(index, spec.layer)
-            options = {
-                field: _resolve_secret(value, source=self.source, where=where, field=field)
-                for field, value in spec.options.items()
-            }
-            if spec.layer == "memory" and "store" not in options:
-                options["store"] = self.open_memory()
-            try:
-                session = build_stack(session, [LayerSpec(spec.layer, options)])
-            except ConfigurationError as exc:
-                raise RecipeError(f"{self.source}: {_where(index, spec.layer)}: {exc}") from exc
-        return session
+        return self._stack_over(session, resolve=True)
 
-    def open_memory(self) -> Any:
+    def validate(self, *, resolve: bool = False) -> list[str]:
+        """Construct every layer over an in-memory store: checks option values offline.
+
+        Secrets are not needed: each reference is checked for form (a provider must be
+        importable) and a generated stand-in takes its place, so CI can check a recipe
+        without production secrets. ``resolve=True`` reads them as ``build`` would.
+        Returns the references left unresolved, as ``"layers[1] (encrypted).key: env:X"``.
+        """
+        from memstack.testing.memory import InMemorySession
+
+        self._backend_options(resolve=resolve)
+        self._stack_over(InMemorySession("recipe-validation"), resolve=resolve)
+        if resolve:
+            return []
+        tables = [("[backend]", self.backend_options), ("[memory]", self.memory)]
+        tables += [(_where(i, spec.layer), spec.options) for i, spec in enumerate(self.layers)]
+        return [
+            f"{where}.{field}: {_shown(value)}"
+            for where, options in tables
+            for field, value in _references(options)
+        ]
+
+    def open_memory(self, *, resolve: bool = True) -> Any:
         """The ``MemoryStore`` of the ``[memory]`` table (secrets resolved now)."""
         from memstack.memory import MemoryStore
 
         if not self.memory:
             raise RecipeError(f"{self.source}: no [memory] table (needed by the memory layer)")
         options = {
-            key: _resolve_secret(value, source=self.source, where="[memory]", field=key)
+            key: _resolve_secret(
+                value, source=self.source, where="[memory]", field=key, resolve=resolve
+            )
             for key, value in self.memory.items()
         }
         url = options.pop("url", None)
@@ -103,11 +115,30 @@ class Recipe:
         except (ConfigurationError, TypeError) as exc:
             raise RecipeError(f"{self.source}: [memory]: {exc}") from exc
 
-    def validate(self) -> None:
-        """Construct every layer over an in-memory store: checks option values offline."""
-        from memstack.testing.memory import InMemorySession
+    def _backend_options(self, *, resolve: bool) -> dict[str, Any]:
+        return {
+            field: _resolve_secret(
+                value, source=self.source, where="[backend]", field=field, resolve=resolve
+            )
+            for field, value in self.backend_options.items()
+        }
 
-        self.stack_over(InMemorySession("recipe-validation"))
+    def _stack_over(self, session: Session, *, resolve: bool) -> Session:
+        for index, spec in enumerate(self.layers):
+            where = _where(index, spec.layer)
+            options = {
+                field: _resolve_secret(
+                    value, source=self.source, where=where, field=field, resolve=resolve
+                )
+                for field, value in spec.options.items()
+            }
+            if spec.layer == "memory" and "store" not in options:
+                options["store"] = self.open_memory(resolve=resolve)
+            try:
+                session = build_stack(session, [LayerSpec(spec.layer, options)])
+            except ConfigurationError as exc:
+                raise RecipeError(f"{self.source}: {where}: {exc}") from exc
+        return session
 
     def describe(self) -> str:
         """The chain bottom to top, as ``repr`` of a built stack would show it."""
@@ -123,18 +154,6 @@ def _where(index: int, layer: object) -> str:
     return f"layers[{index}] ({layer})"
 
 
-def parse_duration(text: str) -> timedelta:
-    """``"30d"``, ``"12h"``, ``"15m"``, ``"90s"`` or plain seconds."""
-    if match := _DURATION.match(text):
-        return timedelta(seconds=float(match[1]) * _UNITS[match[2]])
-    try:
-        return timedelta(seconds=float(text))
-    except ValueError:
-        raise ConfigurationError(
-            f"{text!r} is not a duration (write 30d, 12h, 15m, 90s or seconds)"
-        ) from None
-
-
 def _is_reference(value: Any) -> bool:
     return isinstance(value, Mapping) and bool(set(value) & {"env", "provider"})
 
@@ -146,7 +165,7 @@ def _shown(value: Any) -> str:
 
 
 def _check_value(value: Any, *, source: str, where: str, field: str) -> Any:
-    """Refuse inline secrets; turn duration strings into timedeltas; keep references."""
+    """Refuse inline secrets; keep references."""
     if _is_reference(value):
         if "env" in value and not isinstance(value["env"], str):
             raise RecipeError(f"{source}: {where}: field {field!r}: env must name a variable")
@@ -164,23 +183,43 @@ def _check_value(value: Any, *, source: str, where: str, field: str) -> Any:
         return {k: _check_value(v, source=source, where=where, field=k) for k, v in value.items()}
     if isinstance(value, list):
         return [_check_value(v, source=source, where=where, field=field) for v in value]
-    if isinstance(value, str) and _DURATION.match(value) and "ttl" in field:
-        return parse_duration(value)
     return value
 
 
-def _resolve_secret(value: Any, *, source: str, where: str, field: str) -> Any:
-    """The value behind an ``{env=…}`` or ``{provider=…}`` reference, at any depth."""
+def _references(options: Mapping[str, Any]) -> list[tuple[str, Any]]:
+    """``(field, reference)`` for every secret reference in ``options``, at any depth."""
+    found: list[tuple[str, Any]] = []
+    for field, value in options.items():
+        if _is_reference(value):
+            found.append((field, value))
+        elif isinstance(value, Mapping):
+            found.extend(_references(value))
+        elif isinstance(value, list):
+            for entry in value:
+                found.extend(_references({field: entry}))
+    return found
+
+
+def _resolve_secret(
+    value: Any, *, source: str, where: str, field: str, resolve: bool = True
+) -> Any:
+    """The value behind an ``{env=…}`` or ``{provider=…}`` reference, at any depth.
+
+    With ``resolve=False`` a generated stand-in replaces it: nothing secret is read.
+    """
+    def inner(v: Any, field: str) -> Any:
+        return _resolve_secret(v, source=source, where=where, field=field, resolve=resolve)
+
     if isinstance(value, Mapping) and not _is_reference(value):
-        return {
-            k: _resolve_secret(v, source=source, where=where, field=k) for k, v in value.items()
-        }
+        return {k: inner(v, k) for k, v in value.items()}
     if isinstance(value, list):
-        return [_resolve_secret(v, source=source, where=where, field=field) for v in value]
+        return [inner(v, field) for v in value]
     if not _is_reference(value):
         return value
     if "env" in value:
         name = value["env"]
+        if not resolve:
+            return _stand_in(field)
         if name not in os.environ:
             raise RecipeError(
                 f"{source}: {where}: field {field!r} reads environment variable "
@@ -196,10 +235,21 @@ def _resolve_secret(value: Any, *, source: str, where: str, field: str) -> Any:
             f"{source}: {where}: field {field!r}: key provider {target!r} not found "
             '(write provider = "package.module:function")'
         ) from exc
+    if not resolve:
+        return _stand_in(field)
     try:
         return provider(**{k: v for k, v in value.items() if k != "provider"})
     except ConfigurationError as exc:
         raise RecipeError(f"{source}: {where}: field {field!r}: {exc}") from exc
+
+
+def _stand_in(field: str) -> Any:
+    """A fresh value of the right shape for a secret ``validate`` does not read."""
+    from memstack.crypto import Keyring, generate_key
+
+    if field == "keyring":
+        return Keyring({"validation": generate_key()}, active="validation")
+    return generate_key()  # a valid key, and a usable string for every other secret
 
 
 def load_recipe(recipe: str | Path | Mapping[str, Any], **overrides: Any) -> Recipe:
@@ -234,12 +284,7 @@ def load_recipe(recipe: str | Path | Mapping[str, Any], **overrides: Any) -> Rec
     if not isinstance(url, str) or not url:
         raise RecipeError(f"{source}: [backend]: field 'url' is required (a store URL)")
     backend_options = {
-        field: _resolve_secret(
-            _check_value(value, source=source, where="[backend]", field=field),
-            source=source,
-            where="[backend]",
-            field=field,
-        )
+        field: _check_value(value, source=source, where="[backend]", field=field)
         for field, value in backend.items()
     }
     raw_layers = data.get("layers") or []

@@ -7,7 +7,8 @@
     InMemorySession(session_id='s1') → PassthroughSession()
 
 Specs are listed bottom to top: the first wraps the store, the last is what the agent
-talks to. A spec names a layer (``"window"``) or gives its class, plus keyword options.
+talks to. A spec names a layer (``"window"``) or gives its class, plus keyword options;
+duration options also take text such as ``"5m"`` (see ``memstack.durations``).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from typing import Any
 from agents.memory import Session
 
 from memstack.base import SessionLayer
+from memstack.durations import parse_durations
 from memstack.errors import ConfigurationError
 
 __all__ = ["LAYERS", "LayerSpec", "build_stack", "check_options", "resolve_layer"]
@@ -80,5 +82,5 @@ def build_stack(base: Session, specs: Iterable[LayerSpec | str | type[SessionLay
             spec = LayerSpec(spec)
         cls = resolve_layer(spec.layer)
         check_options(cls, spec.options)
-        session = cls(session, **spec.options)
+        session = cls(session, **parse_durations(cls, spec.options))
     return session

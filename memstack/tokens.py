@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import threading
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
@@ -134,6 +135,8 @@ class TokenCounter:
         self.cache_size = cache_size
         self._encoding: tiktoken.Encoding | None = None
         self._cache: OrderedDict[bytes, int] = OrderedDict()
+        # One counter may serve threads with their own loops: an LRU update is two steps.
+        self._cache_lock = threading.Lock()
 
     @property
     def encoding(self) -> tiktoken.Encoding:
@@ -149,15 +152,17 @@ class TokenCounter:
     def count_item(self, item: Mapping[str, Any]) -> int:
         """Estimated context cost of one input item; cached by content."""
         key = item_digest(item)
-        cached = self._cache.get(key)
-        if cached is not None:
-            self._cache.move_to_end(key)
-            return cached
+        with self._cache_lock:
+            cached = self._cache.get(key)
+            if cached is not None:
+                self._cache.move_to_end(key)
+                return cached
         count = self.item_overhead + self._count_value(item)
         if self.cache_size:
-            self._cache[key] = count
-            if len(self._cache) > self.cache_size:
-                self._cache.popitem(last=False)
+            with self._cache_lock:
+                self._cache[key] = count
+                if len(self._cache) > self.cache_size:
+                    self._cache.popitem(last=False)
         return count
 
     def count_items(self, items: Iterable[Mapping[str, Any]]) -> int:

@@ -21,6 +21,7 @@ from agents import set_tracing_disabled
 from agents.memory import Session
 
 from memstack.backends import open_backend
+from memstack.bench.transcripts import DATA_DIR
 from memstack.testing import InMemorySession
 from memstack.testing.conversation import run_conversation
 
@@ -44,6 +45,21 @@ def _reachable(url: str) -> bool:
             return True
     except OSError:
         return False
+
+
+def shared_data(name: str) -> Path:
+    """A file of the team's data (``MEMSTACK_DATA``, default ``../shared/data``).
+
+    The one locator the benchmarks use too. Skips when the file is absent (fails under
+    ``CI=true``), so the suite runs wherever the data is, and says where it looked.
+    """
+    path = DATA_DIR / name
+    if path.is_file():
+        return path
+    message = f"{path} not found; set MEMSTACK_DATA to the directory holding the shared data"
+    if IN_CI:
+        pytest.fail(f"CI=true: {message}")
+    pytest.skip(message)
 
 
 def require_service(name: str, url: str) -> None:

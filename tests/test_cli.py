@@ -12,6 +12,8 @@ import pytest
 
 from memstack.crypto import generate_key
 
+from .conftest import shared_data
+
 KEY = generate_key()
 OTHER_KEY = generate_key()
 
@@ -87,6 +89,8 @@ def test_help_lists_every_command():
         "import",
         "demo",
         "bench",
+        "adopt",
+        "repair",
     ):
         assert command in result.stdout
 
@@ -234,7 +238,7 @@ def test_demo_runs_offline(tmp_path: Path):
 
 
 def test_bench_tokens_on_a_small_file(tmp_path: Path):
-    data = Path(__file__).resolve().parents[2] / "shared" / "data" / "airline_tau.jsonl"
+    data = shared_data("airline_tau.jsonl")
     small = tmp_path / "two.jsonl"
     small.write_text("".join(data.read_text().splitlines(keepends=True)[:2]))
     result = memstack("bench", "tokens", str(small), "--out", str(tmp_path / "out"), timeout=300)

@@ -6,8 +6,6 @@ import ast
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "memstack"
-# Known and scheduled: TTL's policy split (issue 12) removes it.
-KNOWN = {frozenset({"memstack.layers.ttl", "memstack.layers.ttl_capabilities"})}
 
 
 def _imports() -> dict[str, set[str]]:
@@ -61,7 +59,7 @@ def _cycles(edges: dict[str, set[str]]) -> set[frozenset[str]]:
 
 
 def test_no_import_cycles() -> None:
-    assert _cycles(_imports()) - KNOWN == set()
+    assert _cycles(_imports()) == set()
 
 
 def test_the_check_finds_a_cycle() -> None:

@@ -120,7 +120,7 @@ def test_secrets_from_a_named_provider():
 )
 def test_validation_names_source_layer_and_field(layers, message):
     with pytest.raises(RecipeError, match=r"^<recipe>: " + message):
-        load_recipe({"backend": {"url": "sqlite://"}, "layers": layers}).validate()
+        load_recipe({"backend": {"url": "sqlite://"}, "layers": layers}).validate(resolve=True)
 
 
 def test_secrets_are_resolved_only_when_building(monkeypatch):
@@ -167,3 +167,47 @@ def test_overrides(tmp_path: Path):
     assert recipe.url == "sqlite://" and recipe.layers[0].options["size"] == 5
     with pytest.raises(RecipeError, match="overrides for layers not in the recipe: window"):
         load_recipe({"backend": {"url": "sqlite://"}, "layers": []}, window={"max_items": 1})
+
+
+PROVIDER_CALLS: list[str] = []
+
+
+def recording_provider(name: str) -> str:
+    PROVIDER_CALLS.append(name)
+    return f"provided-{name}"
+
+
+def test_validate_needs_no_secret_and_reads_none(monkeypatch):
+    monkeypatch.delenv("RECIPE_PROD_KEY", raising=False)
+    PROVIDER_CALLS.clear()
+    recipe = load_recipe(
+        {
+            "backend": {"url": "sqlite://", "password": {"env": "RECIPE_DB_PASSWORD"}},
+            "layers": [
+                {"layer": "keyed", "key": {"env": "RECIPE_PROD_KEY"}},
+                {"layer": "encrypted", "keyring": {"provider": f"{__name__}:recording_provider"}},
+                {"layer": "encrypted", "key": {"env": "RECIPE_PROD_KEY"}},
+            ],
+        }
+    )
+    assert recipe.validate() == [
+        "[backend].password: env:RECIPE_DB_PASSWORD",
+        "layers[0] (keyed).key: env:RECIPE_PROD_KEY",
+        f"layers[1] (encrypted).keyring: provider:{__name__}:recording_provider",
+        "layers[2] (encrypted).key: env:RECIPE_PROD_KEY",
+    ]
+    assert PROVIDER_CALLS == []  # a provider may reach a vault: validate never calls it
+    with pytest.raises(RecipeError, match="'RECIPE_DB_PASSWORD', which is not set"):
+        recipe.validate(resolve=True)
+
+
+def test_validate_without_secrets_still_checks_everything_else():
+    def validate(layer: dict[str, object]) -> None:
+        load_recipe({"backend": {"url": "sqlite://"}, "layers": [layer]}).validate()
+
+    with pytest.raises(RecipeError, match="compress_min_bytes"):
+        validate({"layer": "encrypted", "key": {"env": "X"}, "compress_min_bytes": -1})
+    with pytest.raises(RecipeError, match=r"key provider 'no\.such:thing' not found"):
+        validate({"layer": "encrypted", "keyring": {"provider": "no.such:thing"}})
+    with pytest.raises(RecipeError, match="exactly one of key= or keyring="):
+        validate({"layer": "encrypted", "key": {"env": "X"}, "keyring": {"env": "Y"}})

@@ -20,6 +20,8 @@ from memstack import ConfigurationError, MemstackError
 from memstack.tokens import DEFAULT_ENCODING, TokenCounter, encoding_for_model
 from memstack.vocab import VocabularyError, default_vocab_dir, load_encoding
 
+from .conftest import shared_data
+
 ENCODINGS = ["o200k_base", "cl100k_base"]
 URL = "https://openaipublic.blob.core.windows.net/encodings/{}.tiktoken"
 
@@ -325,7 +327,7 @@ def test_tool_schemas(counter: TokenCounter) -> None:
 def test_real_transcript_counts_are_plausible(counter: TokenCounter) -> None:
     import json
 
-    line = Path("/work/shared/data/airline_tau.jsonl").read_text().splitlines()[0]
+    line = shared_data("airline_tau.jsonl").read_text().splitlines()[0]
     record = json.loads(line)
     items, tools = record["items"], record["tools"]
     chars = sum(len(json.dumps(item)) for item in items)

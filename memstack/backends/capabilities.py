@@ -73,6 +73,14 @@ class StorageCapabilities(ABC):
         makes time-ordered expiry cost only what it deletes.
         """
 
+    async def write_ages(self, n: int) -> list[float] | None:
+        """How long ago the store itself wrote each of the ``n`` oldest items, in seconds.
+
+        Measured by the store's own write-time column and clock, oldest first; None when
+        the store keeps no per-item write time. Lets a layer date items written before it.
+        """
+        return None
+
     async def delete_written_before(self, older_than: float, *, batch_size: int = 500) -> int:
         """Delete items the store itself recorded as written over ``older_than`` seconds ago.
 
@@ -128,7 +136,7 @@ class GenericCapabilities(StorageCapabilities):
 
     async def count(self) -> int:
         with stored_history():
-            return len(await self.session.get_items(READ_ALL))
+            return len(await self.session.get_items(limit=READ_ALL))
 
     async def delete_oldest(self, n: int) -> int:
         items = await self._all_for_rewrite("delete_oldest")
@@ -165,7 +173,7 @@ class GenericCapabilities(StorageCapabilities):
                 "(pass allow_non_atomic=True to accept that)"
             )
         with stored_history():  # a rewrite must keep what a view would leave out
-            return [dict(item) for item in await self.session.get_items(READ_ALL)]
+            return [dict(item) for item in await self.session.get_items(limit=READ_ALL)]
 
     async def _rewrite(self, items: list[Item]) -> None:
         await self.session.clear_session()

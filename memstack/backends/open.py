@@ -16,11 +16,13 @@ URL → SDK session:
 from __future__ import annotations
 
 import re
+from datetime import timedelta
 from typing import Any
 
 from agents.memory import Session, SQLiteSession
 
 from memstack.backends.translate import store_errors
+from memstack.durations import parse_duration, seconds_of
 from memstack.errors import ConfigurationError
 
 __all__ = ["open_backend"]
@@ -87,6 +89,10 @@ def _open_redis(url: str, session_id: str, options: dict[str, Any]) -> Session:
         raise ConfigurationError(
             f"{url!r} needs the redis extra: pip install memstack[redis]"
         ) from exc
+    ttl = options.get("ttl")
+    if isinstance(ttl, str | timedelta):
+        # The SDK's key expiry is typed int (whole seconds); recipes write it as a duration.
+        options["ttl"] = round(seconds_of(parse_duration(ttl) if isinstance(ttl, str) else ttl))
     return RedisSession.from_url(session_id, url=url, **options)
 
 

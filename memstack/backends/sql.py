@@ -152,6 +152,16 @@ def delete_written_before_batch(
     return len(rows)
 
 
+def write_ages(table: Table, n: int, age: str) -> Plan:
+    """Seconds since the store wrote each of the ``n`` oldest rows; ``age`` is the dialect's SQL."""
+    rows = yield Query(
+        f"SELECT {age} FROM {table.name} WHERE session_id = :sid "
+        f"ORDER BY {table.ordered()} LIMIT :n",
+        {"sid": table.session_id, "n": n},
+    )
+    return [max(0.0, float(row[0])) for row in rows]
+
+
 def run_sync(cursor_execute: Any, plan: Plan) -> Any:
     """Drive ``plan`` with a blocking ``execute(sql, params) -> rows`` function."""
     try:
@@ -189,8 +199,18 @@ class PlanCapabilities(StorageCapabilities):
         """SQL for "the store's clock minus ``older_than`` seconds", and its parameters."""
         raise NotImplementedError
 
+    def write_age(self) -> str:
+        """SQL for a row's age in seconds: the store's clock minus its ``created_at``."""
+        raise NotImplementedError
+
     async def count(self) -> int:
         return int(await self.run(lambda: count(self.table())))
+
+    async def write_ages(self, n: int) -> list[float] | None:
+        if n <= 0:
+            return []
+        ages: list[float] = await self.run(lambda: write_ages(self.table(), n, self.write_age()))
+        return ages
 
     async def delete_oldest(self, n: int) -> int:
         return int(await self.run(lambda: delete_oldest(self.table(), n)))

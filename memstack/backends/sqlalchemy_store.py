@@ -44,6 +44,18 @@ class SQLAlchemyCapabilities(sql.PlanCapabilities):
             f"delete_written_before does not know how {dialect} computes a past timestamp"
         )
 
+    def write_age(self) -> str:
+        dialect = self.session.engine.dialect.name
+        if dialect == "sqlite":
+            from memstack.backends.sqlite import SQLITE_WRITE_AGE
+
+            return SQLITE_WRITE_AGE
+        if dialect == "postgresql":
+            return "EXTRACT(EPOCH FROM (LOCALTIMESTAMP - created_at))"
+        if dialect in ("mysql", "mariadb"):
+            return "TIMESTAMPDIFF(MICROSECOND, created_at, NOW(6)) / 1000000.0"
+        raise CapabilityError(f"write_ages does not know how {dialect} computes an age")
+
     async def run(self, make_plan: Callable[[], sql.Plan]) -> Any:
         store = self.session
 

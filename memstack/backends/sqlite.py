@@ -27,6 +27,13 @@ class _SqliteBase(sql.PlanCapabilities):
     def written_before(self, older_than: float) -> tuple[str, dict[str, Any]]:
         return sqlite_written_before(older_than)
 
+    def write_age(self) -> str:
+        return SQLITE_WRITE_AGE
+
+
+# created_at is CURRENT_TIMESTAMP text; julianday() counts days, in the same UTC.
+SQLITE_WRITE_AGE = "(julianday('now') - julianday(created_at)) * 86400.0"
+
 
 def sqlite_written_before(older_than: float) -> tuple[str, dict[str, Any]]:
     # created_at is SQLite's CURRENT_TIMESTAMP text (UTC, whole seconds), as is datetime().

@@ -6,13 +6,16 @@ $ memstack bench tokens --out bench-results
 
 from __future__ import annotations
 
+import copy
 import os
 import random
+import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from memstack.bench.checkout import find_checkout
 from memstack.bench.pricing import PRICES, load_prices
 from memstack.bench.replay import replay
 from memstack.bench.report import summary_rows, table, write_outputs
@@ -23,11 +26,14 @@ from memstack.progress import progress_bar
 
 __all__ = ["memstack_strategies", "run_tokens_bench"]
 
-RECIPES = Path(__file__).resolve().parents[2] / "recipes"
 QUICK_PER_FILE = 12
 
 
 EXTRACTIVE: dict[str, Any] = {"extractive": {}}
+# The shipped recipes' summariser: OPENAI_API_KEY, and OPENAI_BASE_URL when set.
+MODEL_SUMMARIZER: dict[str, Any] = {
+    "openai": {"model": "gpt-4.1-mini", "api_key": {"env": "OPENAI_API_KEY"}}
+}
 # Not a shipped recipe: a small budget, so summaries happen on these transcripts too.
 SMALL_BUDGET_SUMMARY: list[dict[str, Any]] = [
     {
@@ -36,15 +42,18 @@ SMALL_BUDGET_SUMMARY: list[dict[str, Any]] = [
         "trigger": {"tokens": 8000, "target": 4000},
         "strategy": [
             {"mask": {"keep_last_turns": 1, "keep_last_outputs": 4, "min_chars": 300}},
-            {"summarize": {"max_tokens": 800, "summarizer": EXTRACTIVE}},
+            {"summarize": {"max_tokens": 800, "summarizer": MODEL_SUMMARIZER}},
         ],
     }
 ]
 
 
-def memstack_strategies(*, real_summaries: bool = False) -> list[StrategySpec]:
+def memstack_strategies(
+    recipes: Path | None, *, real_summaries: bool = False
+) -> list[StrategySpec]:
     """memstack stacks from the shipped recipes (their view-shaping layers), and one more.
 
+    ``recipes`` is a checkout's ``recipes/`` folder; without one only the extra stack runs.
     Summaries come from the deterministic extractive summariser, and the strategy name
     says so, unless ``real_summaries`` (then the recipe's model is called: it costs money).
     """
@@ -57,9 +66,9 @@ def memstack_strategies(*, real_summaries: bool = False) -> list[StrategySpec]:
         ("memstack masking-first (coding-agent)", "coding-agent.toml", {}),
         ("memstack production blueprint", "production.toml", {}),
     ]:
-        file = RECIPES / path
-        if not file.exists():
-            continue
+        if recipes is None:
+            break
+        file = recipes / path
         # Storage-side layers (TTL, encryption) change what is stored, not what is sent.
         layers = [
             dict(layer)
@@ -72,8 +81,9 @@ def memstack_strategies(*, real_summaries: bool = False) -> list[StrategySpec]:
                 if layer.get("low_watermark") is None:
                     layer.pop("low_watermark", None)
         specs.append(_stack(name, layers, real_summaries=real_summaries))
+    small = copy.deepcopy(SMALL_BUDGET_SUMMARY)
     specs.append(
-        _stack("memstack mask + summary, 8k trigger", SMALL_BUDGET_SUMMARY, real_summaries=False)
+        _stack("memstack mask + summary, 8k trigger", small, real_summaries=real_summaries)
     )
     return specs
 
@@ -81,6 +91,8 @@ def memstack_strategies(*, real_summaries: bool = False) -> list[StrategySpec]:
 def _stack(name: str, layers: list[dict[str, Any]], *, real_summaries: bool) -> StrategySpec:
     offline = False
     for layer in layers:
+        if layer["layer"] == "compaction" and real_summaries:
+            layer["on_error"] = "raise"  # a failing endpoint fails the run, not the figures
         steps = layer.get("strategy", []) if layer["layer"] == "compaction" else []
         for index, step in enumerate(steps):
             if "summarize" not in step:
@@ -123,9 +135,19 @@ async def run_tokens_bench(
         loaded = list(load_conversations(path))
         conversations.extend(_sample(loaded, QUICK_PER_FILE) if quick else loaded)
     if real_summaries and not os.environ.get("OPENAI_API_KEY"):
-        raise ConfigurationError("--real-summaries needs OPENAI_API_KEY")
+        raise ConfigurationError(
+            "--real-summaries needs OPENAI_API_KEY (and OPENAI_BASE_URL for another "
+            "OpenAI-compatible endpoint)"
+        )
+    checkout = find_checkout()
+    if checkout is None:
+        print(
+            "note: the shipped recipes' stacks are left out: they are read from recipes/ in "
+            "a checkout of the memstack repository; run inside one to include them",
+            file=sys.stderr,
+        )
     strategies = [NAMED_BASELINES[name]() for name in baselines] + memstack_strategies(
-        real_summaries=real_summaries
+        checkout / "recipes" if checkout else None, real_summaries=real_summaries
     )
     counter = TokenCounter(model)
 
@@ -148,6 +170,7 @@ async def run_tokens_bench(
         "files": [str(p) for p in paths],
         "conversations": len(conversations),
         "quick": quick,
+        "summaries": "model" if real_summaries else "extractive",
         "seconds": round(time.perf_counter() - started, 1),
     }
     written = write_outputs(results, rows, out, meta=meta)

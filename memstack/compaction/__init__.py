@@ -20,7 +20,6 @@ use it), ``input_filter`` (the same view inside a run).
 """
 
 from memstack.compaction.extractive import ExtractiveSummarizer
-from memstack.compaction.input_filter import ModelInputFilter, input_filter
 from memstack.compaction.masking import Mask
 from memstack.compaction.records import RECORD_TYPE, RECORD_VERSION, Record
 from memstack.compaction.strategies import Compactor, ResponsesCompact, Summarize
@@ -31,6 +30,7 @@ from memstack.compaction.summarizer import (
     SummaryRequest,
 )
 from memstack.compaction.triggers import Items, Tokens, Trigger, Turns
+from memstack.model_input import ModelInputFilter, input_filter  # where it used to live
 
 __all__ = [
     "RECORD_TYPE",

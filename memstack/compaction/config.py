@@ -11,11 +11,12 @@ Each strategy entry is a one-key table naming the kind: ``mask``, ``summarize`` 
 ``responses_compact``. A summariser is ``"extractive"`` or a one-key table:
 ``{ openai = { model = …, base_url = …, api_key = … } }`` or ``{ extractive = {…} }``.
 A trigger is ``{ tokens = N }``, ``{ items = N }`` or ``{ turns = N }``, with an optional
-``target``.
+``target``. A ``timeout`` may be written as a duration: ``"2m"``.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -24,6 +25,7 @@ from memstack.compaction.masking import Mask
 from memstack.compaction.strategies import ResponsesCompact, Summarize
 from memstack.compaction.summarizer import OpenAIChatSummarizer
 from memstack.compaction.triggers import Items, Tokens, Trigger, Turns
+from memstack.durations import parse_durations
 from memstack.errors import ConfigurationError
 
 __all__ = ["strategy_from_config", "trigger_from_config"]
@@ -54,7 +56,7 @@ def _one_key(value: object, what: str, allowed: Sequence[str]) -> tuple[str, Any
 
 def _build(factory: Callable[..., Any], what: str, options: Mapping[str, Any]) -> Any:
     try:
-        return factory(**options)
+        return factory(**parse_durations(factory, options))
     except TypeError as exc:
         raise ConfigurationError(f"{what}: {exc}") from exc
 
@@ -76,7 +78,7 @@ def _strategy(entry: object) -> Any:
         if "summarizer" not in options:
             raise ConfigurationError("strategy 'summarize' needs a summarizer")
         summarizer = _summarizer(options.pop("summarizer"))
-        return _build(lambda **kw: Summarize(summarizer, **kw), "strategy 'summarize'", options)
+        return _build(functools.partial(Summarize, summarizer), "strategy 'summarize'", options)
     return _build(ResponsesCompact, "strategy 'responses_compact'", options)
 
 

@@ -18,10 +18,12 @@ import asyncio
 import re
 from collections.abc import Awaitable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol, TypeVar, runtime_checkable
 
 from memstack.compaction.render import DEFAULT_INSTRUCTIONS, message_text, render_transcript
 from memstack.compaction.summarizer import Summarizer, SummaryRequest
+from memstack.durations import Seconds, seconds_of
 from memstack.errors import ConfigurationError, SummarizerError
 
 if TYPE_CHECKING:
@@ -61,6 +63,13 @@ def _positive(owner: str, name: str, value: object, *, real: bool = False) -> No
         raise ConfigurationError(f"{name} must be a {kind} > 0, got {value!r}", layer=owner)
 
 
+def _timeout_in_seconds(strategy: Summarize | ResponsesCompact) -> None:
+    """Check ``timeout`` and keep it as a number: a ``timedelta`` (recipes' ``"2m"``) too."""
+    if isinstance(strategy.timeout, timedelta):
+        object.__setattr__(strategy, "timeout", strategy.timeout.total_seconds())
+    _positive(type(strategy).__name__, "timeout", strategy.timeout, real=True)
+
+
 async def _guarded(call: Awaitable[T], seconds: float, what: str) -> T:
     """Await ``call`` within ``seconds``; every failure becomes ``SummarizerError``."""
     try:
@@ -82,7 +91,7 @@ class Summarize:
     max_tokens: int = 1000
     #: Longest tool output shown to the summariser; longer ones are clipped in the middle.
     max_output_chars: int | None = 4000
-    timeout: float = 120.0
+    timeout: Seconds = 120.0
     role: Literal["developer", "system"] = "developer"
     instructions: str = DEFAULT_INSTRUCTIONS
     header: str = SUMMARY_HEADER
@@ -98,7 +107,7 @@ class Summarize:
                 layer=owner,
             )
         _positive(owner, "max_tokens", self.max_tokens)
-        _positive(owner, "timeout", self.timeout, real=True)
+        _timeout_in_seconds(self)
         if self.max_output_chars is not None:
             _positive(owner, "max_output_chars", self.max_output_chars)
         if self.role not in ("developer", "system"):
@@ -135,7 +144,7 @@ class Summarize:
     ) -> list[dict[str, Any]]:
         request = self.request(previous, covered)
         text = await _guarded(
-            self.summarizer.summarize(request), self.timeout, f"{self.summarizer!r}"
+            self.summarizer.summarize(request), seconds_of(self.timeout), f"{self.summarizer!r}"
         )
         if not isinstance(text, str) or not text.strip():
             raise SummarizerError(f"{self.summarizer!r} returned an empty summary")
@@ -156,7 +165,7 @@ class ResponsesCompact:
 
     model: str
     client: AsyncOpenAI | None = None
-    timeout: float = 120.0
+    timeout: Seconds = 120.0
     instructions: str | None = None
 
     method: ClassVar[Literal["summary", "responses"]] = "responses"
@@ -165,7 +174,7 @@ class ResponsesCompact:
         owner = type(self).__name__
         if not isinstance(self.model, str) or not self.model:
             raise ConfigurationError("model must be a non-empty OpenAI model name", layer=owner)
-        _positive(owner, "timeout", self.timeout, real=True)
+        _timeout_in_seconds(self)
         if self.client is None:
             from openai import AsyncOpenAI, OpenAIError
 
@@ -185,7 +194,9 @@ class ResponsesCompact:
         if self.instructions is not None:
             options["instructions"] = self.instructions
         what = f"responses.compact({self.model})"
-        response = await _guarded(self.client.responses.compact(**options), self.timeout, what)
+        response = await _guarded(
+            self.client.responses.compact(**options), seconds_of(self.timeout), what
+        )
         return _compacted_items(getattr(response, "output", None), what)
 
     def __repr__(self) -> str:

@@ -43,19 +43,19 @@ changed since it was read is left alone. A failed summariser never produces a su
 ``"raise"`` raises ``SummarizerError`` from ``add_items`` (after the items are stored).
 ``compact()`` always raises.
 
-The SDK reads the session once per run; ``memstack.compaction.input_filter(stack)``
+The SDK reads the session once per run; ``memstack.input_filter(stack)``
 applies the same masking (and the stack's window) to every model call inside a run.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import warnings
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from typing import TYPE_CHECKING, Any, Literal
 
+import aiologic
 from agents.memory import OpenAIConversationsSession
 from agents.memory.session_settings import resolve_session_limit
 
@@ -186,8 +186,10 @@ class CompactionSession(SessionLayer):
         self.mode: Literal["append", "rewrite"] = mode
         self.on_error: Literal["warn", "raise"] = on_error
         self.counter: ItemCounter = counter if counter is not None else TokenCounter(model)
-        self._lock = asyncio.Lock()  # one compaction at a time
-        self._write_lock = asyncio.Lock()  # this process's writes vs. placing a record
+        # Thread-safe and bound to no event loop: the SDK lets threads, each with its own
+        # loop (Runner.run_sync in workers), share one session, so a stack must allow it.
+        self._lock = aiologic.Lock()  # one compaction at a time
+        self._write_lock = aiologic.Lock()  # this process's writes vs. placing a record
         # How many stored entries the last read needed; only sizes the next first read.
         self._read_hint = _FIRST_READ
         # The trigger's measure as of the last full check, plus this process's writes.
@@ -372,7 +374,7 @@ class CompactionSession(SessionLayer):
         while True:
             with collecting_write_times() as times:
                 window = stored_items(
-                    await self.inner.get_items(size, **self.forward(wrapper)),
+                    await self.inner.get_items(limit=size, **self.forward(wrapper)),
                     layer=type(self).__name__,
                     session_id=self.session_id,
                 )

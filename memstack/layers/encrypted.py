@@ -27,7 +27,8 @@ leave such items out (and log a warning) instead; nothing is ever deleted for th
 ``rotate()`` re-encrypts stored history under the active key in one ``replace_oldest``
 transaction, retried when the history changed meanwhile; afterwards older keys can be
 dropped. ``migrate()`` is the same operation, for bringing SDK envelopes (with
-``legacy_sdk_key``) or plaintext (with ``allow_plaintext=True``) into this format.
+``legacy_sdk_key``) or plaintext (with ``allow_plaintext=True``) into this format;
+``adopt()`` seals plaintext history written before the layer, without that option.
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ from memstack.backends.capabilities import (
     check_replacement,
 )
 from memstack.backends.translate import store_errors
-from memstack.base import SessionLayer
+from memstack.base import SessionLayer, limit_arg
 from memstack.context import collecting_write_times, report_write_times, written_at
 from memstack.crypto.envelope import SessionCipher, is_envelope
 from memstack.crypto.keys import KeyProvider, Keyring
@@ -151,18 +152,19 @@ class EncryptedSession(SessionLayer):
         if self.allow_plaintext and isinstance(stored, dict):
             return stored
         raise self._cipher.error(
-            "found a plaintext item where an encrypted envelope belongs (pass "
-            "allow_plaintext=True to read such items, and migrate() to encrypt them)"
+            "found a plaintext item where an encrypted envelope belongs (history written "
+            "before encryption? seal it with adopt() or `memstack adopt`; or pass "
+            "allow_plaintext=True to read such items)"
         )
 
     async def get_items(
         self, limit: int | None = None, *, wrapper: RunContextWrapper[Any] | None = None
     ) -> list[TResponseInputItem]:
         if self.unreadable == "raise":
-            stored = await self.inner.get_items(limit, **self.forward(wrapper))
+            stored = await self.inner.get_items(**limit_arg(limit), **self.forward(wrapper))
             return cast("list[TResponseInputItem]", [self.open(value) for value in stored])
         with collecting_write_times() as times:
-            stored = await self.inner.get_items(limit, **self.forward(wrapper))
+            stored = await self.inner.get_items(**limit_arg(limit), **self.forward(wrapper))
         items: list[Any] = []
         kept: list[float | None] = []
         for index, value in enumerate(stored):
@@ -211,7 +213,15 @@ class EncryptedSession(SessionLayer):
         """Every envelope as the layer below holds it, oldest first (no session limit)."""
         caps = caps or capabilities_of(self.inner)
         count = await caps.count()
-        return [dict(value) for value in await self.inner.get_items(count)]
+        return [dict(value) for value in await self.inner.get_items(limit=count)]
+
+    async def adopt(self, *, allow_non_atomic: bool = False, max_attempts: int = 5) -> int:
+        """Seal the plaintext history written before this layer existed; return how many.
+
+        Reads never accept plaintext unless ``allow_plaintext=True``: adopting is the
+        explicit step, one atomic rewrite like ``rotate`` (which it also does).
+        """
+        return await self._reseal(allow_non_atomic, max_attempts, plaintext=True)
 
     async def rotate(self, *, allow_non_atomic: bool = False, max_attempts: int = 5) -> int:
         """Re-encrypt every stored item not yet under the active key; return how many.
@@ -223,6 +233,10 @@ class EncryptedSession(SessionLayer):
         ``allow_non_atomic=True``: then it is cleared and refilled, and if the refill
         fails the ``BackendError`` carries the re-encrypted envelopes as ``.unsaved_items``.
         """
+        return await self._reseal(allow_non_atomic, max_attempts, plaintext=False)
+
+    async def _reseal(self, allow_non_atomic: bool, max_attempts: int, *, plaintext: bool) -> int:
+        """Rewrite stale items under the active key; plaintext too when ``plaintext``."""
         if max_attempts < 1:
             raise ConfigurationError(
                 f"max_attempts must be >= 1, got {max_attempts}",
@@ -240,17 +254,14 @@ class EncryptedSession(SessionLayer):
                         layer=type(self).__name__,
                         session_id=self.session_id,
                     )
-                return await self._rotate_by_refill()
+                return await self._rotate_by_refill(plaintext)
             for _ in range(max_attempts):
                 stored = await self.stored(caps)
                 stale = [i for i, value in enumerate(stored) if not self._cipher.is_current(value)]
                 if not stale:
                     return 0
                 n = stale[-1] + 1
-                fresh = [
-                    value if self._cipher.is_current(value) else self._cipher.seal(self.open(value))
-                    for value in stored[:n]
-                ]
+                fresh = self._resealed(stored[:n], plaintext)
                 if await caps.replace_oldest(n, fresh, expect=stored[:n]):
                     logger.info(
                         "re-encrypted %d items of session %r under key %r",
@@ -265,17 +276,25 @@ class EncryptedSession(SessionLayer):
             session_id=self.session_id,
         )
 
-    async def _rotate_by_refill(self) -> int:
+    def _resealed(self, stored: Sequence[Any], plaintext: bool) -> list[dict[str, Any]]:
+        def fresh(value: Any) -> dict[str, Any]:
+            if self._cipher.is_current(value):
+                return dict(value)
+            sealed = is_envelope(value) or is_sdk_envelope(value)
+            if plaintext and isinstance(value, dict) and not sealed:
+                return self._cipher.seal(value)
+            return self._cipher.seal(self.open(value))
+
+        return [fresh(value) for value in stored]
+
+    async def _rotate_by_refill(self, plaintext: bool) -> int:
         """Rotation on a store without atomic rewrites: re-encrypt in memory, clear, refill."""
         # An explicit limit, so a session limit in session_settings cannot cut the read.
-        stored = [dict(value) for value in await self.inner.get_items(_EVERYTHING)]
+        stored = [dict(value) for value in await self.inner.get_items(limit=_EVERYTHING)]
         stale = sum(not self._cipher.is_current(value) for value in stored)
         if not stale:
             return 0
-        fresh = [
-            value if self._cipher.is_current(value) else self._cipher.seal(self.open(value))
-            for value in stored
-        ]
+        fresh = self._resealed(stored, plaintext)
         await self.inner.clear_session()
         try:
             await self.inner.add_items(cast("list[TResponseInputItem]", fresh))
@@ -349,6 +368,9 @@ class EncryptedCapabilities(StorageCapabilities):
         if len(stored) < n or [self.session.open(value) for value in stored] != list(expect):
             return False
         return await self.below.replace_oldest(n, sealed, expect=stored)
+
+    async def write_ages(self, n: int) -> list[float] | None:
+        return await self.below.write_ages(n)
 
     async def delete_written_before(self, older_than: float, *, batch_size: int = 500) -> int:
         # The store's own write times: no item is opened, so no key is needed.

@@ -20,6 +20,10 @@ the start of a history, whole units at a time, and never punches holes. Reads an
 write (at most every ``purge_every`` seconds, or when a read saw expired records),
 through the store's capability adapter.
 
+An item stored without a stamp (history written before the layer, or around it) is not
+expired but dated on first sight, by the store's own write time where it keeps one
+(``adopt``, ``ttl_adoption``).
+
 Derived items (a summary written inside ``memstack.context.written_at``) expire with
 their oldest source and hide nothing else. Reads report each item's stamp to layers
 above through ``memstack.context``.
@@ -36,7 +40,6 @@ import logging
 import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, cast
 
@@ -46,13 +49,24 @@ from agents.memory.session_settings import resolve_session_limit
 from memstack.backends.adapters import capabilities_of
 from memstack.backends.capabilities import (
     READ_ALL,
+    GenericCapabilities,
     Predicate,
     StorageCapabilities,
 )
 from memstack.base import SessionLayer
 from memstack.context import current_write_time, report_write_times
 from memstack.errors import BackendError, CapabilityError, ConfigurationError
-from memstack.history import cut_points, is_output, pair_key, split_units
+from memstack.history import is_output
+from memstack.layers.ttl_adoption import adopted_records, through_last_unstamped, unstamped
+from memstack.layers.ttl_policy import (
+    Expiry,
+    Snapshot,
+    at_most,
+    doomed,
+    known_time,
+    shows_open_unit,
+    unit_anchors,
+)
 from memstack.layers.ttl_record import Stamp, UnknownRecord, read_record, write_record
 
 if TYPE_CHECKING:
@@ -98,38 +112,6 @@ def _batch_size(name: str, value: object, *, layer: str | None) -> int:
     return value
 
 
-@dataclass(frozen=True, slots=True)
-class Snapshot:
-    """Stored values read from the tail, oldest first, and what the view shows of them.
-
-    Records before ``start`` are dead, or hidden by a dead one, and were not even parsed;
-    ``stamps`` are those of ``stored[start:]``, ``visible`` indexes the records shown.
-    ``complete`` is False when a read with a limit stopped early, having found enough
-    live records: ``start`` is then not known.
-    """
-
-    stored: list[Any]
-    start: int
-    stamps: list[Stamp]
-    visible: list[int]
-    generation: int
-    now: float
-    complete: bool
-
-    def stamp(self, index: int) -> Stamp:
-        return self.stamps[index - self.start]
-
-    def view(self, limit: int | None = None) -> list[Stamp]:
-        shown = self.visible if limit is None else self.visible[-limit:]
-        return [self.stamp(index) for index in shown]
-
-    @property
-    def hidden(self) -> Any:
-        """The newest stored value before the first one shown, or None: purge through it."""
-        first = self.visible[0] if self.visible else len(self.stored)
-        return self.stored[first - 1] if self.complete and first else None
-
-
 class TTLSession(SessionLayer):
     """Hides, then deletes, items older than ``ttl`` and sessions idle for ``idle_ttl``."""
 
@@ -166,56 +148,8 @@ class TTLSession(SessionLayer):
         self._can_purge = True  # False once the store turned out to be skip-only
         self._hint = _FIRST_READ  # records the next unbounded read starts with
         self._counts_cheaply: bool | None = None  # the generic adapter counts by reading all
-
-    # -- what is live -----------------------------------------------------------------------
-    def _idle(self, newest: Stamp, now: float) -> bool:
-        return self.idle_ttl is not None and newest.written + self.idle_ttl <= now
-
-    def _dead(self, stamp: Stamp, generation: int, now: float) -> bool:
-        return (
-            not stamp.stamped
-            or stamp.generation < generation
-            or (self.ttl is not None and stamp.anchor + self.ttl <= now)
-        )
-
-    def _ends_view(self, stamp: Stamp, generation: int, now: float) -> bool:
-        """Dead, and hiding everything before it: all dead records but derived ones."""
-        if stamp.derived and stamp.generation == generation:
-            return False  # a summary stamped with its sources' time hides only itself
-        return self._dead(stamp, generation, now)
-
-    def _resolve(self, stored: list[Any], now: float, *, whole: bool) -> Snapshot:
-        """What the view shows of ``stored``, the newest records of the history.
-
-        Scans from the newest record back: the first dead one ends the view even if older
-        records look alive (a writer's clock ran ahead), so expiry never punches holes.
-        """
-        newest = self._read(stored[-1]) if stored else None
-        generation = newest.generation if newest is not None else 0
-        start = len(stored) if newest is not None and self._idle(newest, now) else None
-        # Parsed from the newest back, and only down to where the view ends.
-        index, backwards = len(stored) - 1, []
-        while start is None and index >= 0:
-            last = index == len(stored) - 1
-            stamp = newest if last and newest is not None else self._read(stored[index])
-            if self._ends_view(stamp, generation, now):
-                start = index + 1
-            else:
-                backwards.append(stamp)
-            index -= 1
-        complete = start is not None or whole
-        start = start or 0
-        stamps = backwards[::-1]
-        visible = [
-            start + offset
-            for offset, stamp in enumerate(stamps)
-            if not self._dead(stamp, generation, now)
-        ]
-        if complete:
-            # Outputs heading the view lost their call (purged, or in a dead generation).
-            while visible and is_output(stamps[visible[0] - start].item):
-                visible.pop(0)
-        return Snapshot(stored, start, stamps, visible, generation, now, complete)
+        self._adopting = True  # False once the store turned out unable to date items in place
+        self.expiry = Expiry(self.ttl, self.idle_ttl)
 
     def _read(self, value: object) -> Stamp:
         try:
@@ -225,13 +159,13 @@ class TTLSession(SessionLayer):
                 exc.reason, layer=type(self).__name__, session_id=self.session_id
             ) from exc
 
-    async def _scan(self, want: int | None, forward: dict[str, Any]) -> Snapshot:
+    async def scan(self, want: int | None, forward: dict[str, Any]) -> Snapshot:
         """Read the tail, growing it, until the newest ``want`` shown records are known."""
         now = self.clock()
         size = want + 1 if want is not None else self._hint
         while True:
-            stored = list(await self.inner.get_items(size, **forward))
-            snapshot = self._resolve(stored, now, whole=len(stored) < size)
+            stored = await self._tail(size, forward)
+            snapshot = self.expiry.resolve(stored, now, whole=len(stored) < size, read=self._read)
             if snapshot.complete:
                 if want is None:
                     self._hint = max(_FIRST_READ, len(stored) - snapshot.start + 1 + _SLACK)
@@ -260,10 +194,77 @@ class TTLSession(SessionLayer):
             return size * _GROWTH * _GROWTH
         return size * _GROWTH
 
-    async def _snapshot(self) -> Snapshot:
+    async def snapshot(self) -> Snapshot:
         """The whole stored history, for rewrites that must name what they replace."""
-        stored = list(await self.inner.get_items(READ_ALL))
-        return self._resolve(stored, self.clock(), whole=True)
+        stored = await self._tail(READ_ALL, {})
+        return self.expiry.resolve(stored, self.clock(), whole=True, read=self._read)
+
+    async def _tail(self, size: int, forward: dict[str, Any]) -> list[Any]:
+        """The newest ``size`` stored values, after dating any unstamped one among them."""
+        stored = list(await self.inner.get_items(limit=size, **forward))
+        if self._adopting and any(unstamped(value) for value in stored):
+            await self._adopt_on_sight()
+            stored = list(await self.inner.get_items(limit=size, **forward))
+        return stored
+
+    async def _adopt_on_sight(self) -> None:
+        try:
+            await self.adopt()
+        except CapabilityError as exc:
+            if not capabilities_of(self.inner).atomic:
+                self._adopting = False  # skip-only store: unstamped items stay, live
+            logger.info("unstamped items stay undated for now: %s", exc)
+
+    async def adopt(self, *, allow_non_atomic: bool = False, max_attempts: int = 5) -> int:
+        """Date every unstamped item (written before this layer, or around it); return how many.
+
+        Runs by itself the first time a read or write meets such an item. An item is
+        dated by the store's own write time where the store keeps one (SQL stores), else
+        by now, its first sight. One ``replace_oldest(…, expect=…)`` transaction, read
+        again when the history changed meanwhile. A store without atomic rewrites is
+        refused unless ``allow_non_atomic=True`` (clear and refill).
+        """
+        name = type(self).__name__
+        if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1:
+            raise ConfigurationError(
+                f"max_attempts must be an int >= 1, got {max_attempts!r}",
+                layer=name,
+                session_id=self.session_id,
+            )
+        caps = capabilities_of(self.inner)
+        if not caps.atomic:
+            if not allow_non_atomic:
+                raise CapabilityError(
+                    f"{caps!r} cannot rewrite history atomically, so unstamped items stay "
+                    "undated and never expire; pass allow_non_atomic=True to clear and "
+                    "refill the session with them dated",
+                    layer=name,
+                    session_id=self.session_id,
+                )
+            caps = GenericCapabilities(self.inner, allow_non_atomic=True)
+        for _ in range(max_attempts):
+            stored: list[Any] = list(await self.inner.get_items(limit=READ_ALL))
+            n = through_last_unstamped(stored)
+            if n == 0:
+                return 0
+            try:
+                ages = await caps.write_ages(n)
+            except CapabilityError:
+                ages = None  # the store's dialect has no age: count from first sight
+            records, count = adopted_records(stored[:n], ages=ages, now=self.clock())
+            if await caps.replace_oldest(n, records, expect=stored[:n]):
+                logger.info(
+                    "dated %d unstamped items of session %r (%s)",
+                    count,
+                    self.session_id,
+                    "store write times" if ages is not None else "first seen now",
+                )
+                return count
+        raise CapabilityError(
+            f"history changed during each of {max_attempts} adoption attempts; retry later",
+            layer=name,
+            session_id=self.session_id,
+        )
 
     # -- the Session protocol -----------------------------------------------------------------
     async def get_items(
@@ -272,20 +273,21 @@ class TTLSession(SessionLayer):
         limit = resolve_session_limit(limit, self.session_settings)
         if limit is not None and limit <= 0:
             return []
-        scan = await self._scan(limit, self.forward(wrapper))
+        scan = await self.scan(limit, self.forward(wrapper))
         if scan.hidden is not None:  # dead records are stored: purge on the next write
             self._through = scan.hidden
         live = scan.view(limit)
         # Layers above that derive data (summaries) learn when their sources expire.
-        report_write_times([stamp.anchor for stamp in live])
+        report_write_times([known_time(stamp) for stamp in live])
         return cast("list[TResponseInputItem]", [stamp.item for stamp in live])
 
     async def add_items(
         self, items: list[TResponseInputItem], *, wrapper: RunContextWrapper[Any] | None = None
     ) -> None:
-        if not items:
-            return
         forward = self.forward(wrapper)
+        if not items:  # still the store's call: a closed or broken store says so
+            await self.inner.add_items([], **forward)
+            return
         now = self.clock()
         # A layer above may say these items derive from older ones (a summary): they then
         # expire with those. Their write time stays now: the write is activity all the same.
@@ -293,7 +295,7 @@ class TTLSession(SessionLayer):
         origin = now if derived is None else min(derived, now)
         tail = await self._context(items, forward)
         generation = tail[-1].generation if tail else 0
-        if tail and self._idle(tail[-1], now):
+        if tail and self.expiry.idle(tail[-1], now):
             generation += 1  # the idle history is dead; this write begins the next one
         records = [
             write_record(
@@ -303,7 +305,7 @@ class TTLSession(SessionLayer):
                 generation=generation,
                 derived=derived is not None,
             )
-            for item, anchor in zip(items, _anchors(tail, items, origin), strict=True)
+            for item, anchor in zip(items, unit_anchors(tail, items, origin), strict=True)
         ]
         await self.inner.add_items(cast("list[TResponseInputItem]", records), **forward)
         self._hint += len(records)
@@ -323,19 +325,19 @@ class TTLSession(SessionLayer):
             await self.inner.add_items([value], **forward)
             raise
         now = self.clock()
-        if self._idle(stamp, now) or self._dead(stamp, stamp.generation, now):
+        if self.expiry.idle(stamp, now) or self.expiry.dead(stamp, stamp.generation, now):
             # The newest record was dead, hence not shown; it is deleted now, which
             # retention allows. Anything shown lies below it.
             return await self.pop_item(wrapper=wrapper) if stamp.derived else None
-        report_write_times([stamp.anchor])
+        report_write_times([known_time(stamp)])
         return cast("TResponseInputItem", stamp.item)
 
     async def _context(self, items: Sequence[Any], forward: dict[str, Any]) -> list[Stamp]:
         """The stored tail a new batch may continue: the newest record and any open unit."""
         size = _CONTEXT
         while True:
-            tail = [self._read(v) for v in await self.inner.get_items(size, **forward)]
-            if len(tail) < size or _shows_open_unit([s.item for s in tail], items):
+            tail = [self._read(v) for v in await self._tail(size, forward)]
+            if len(tail) < size or shows_open_unit([s.item for s in tail], items):
                 return tail
             size *= _GROWTH
 
@@ -349,41 +351,32 @@ class TTLSession(SessionLayer):
         scan the rest. Raises ``CapabilityError`` when the store has no capability
         adapter: there expired items can only be skipped.
         """
-        scan = await self._scan(None, {})
+        scan = await self.scan(None, {})
         if not scan.stored:
             return 0
         newest, now = self._read(scan.stored[-1]), scan.now
-        expired = self._expired(newest.generation, idle=self._idle(newest, now), now=now)
+        expired = self.expiry.expired(
+            newest.generation, idle=self.expiry.idle(newest, now), now=now
+        )
         # Derived items that expired among shown ones need a scan past the first shown.
         first = scan.visible[0] if scan.visible else len(scan.stored)
         stray = any(expired(value) for value in scan.stored[first:])
         if scan.hidden is None and not stray:
             return 0
-        return await self._purge(_doomed(scan.hidden, expired, prefix=not stray), prefix=not stray)
+        return await self._purge(doomed(scan.hidden, expired, prefix=not stray), prefix=not stray)
 
-    def _expired(self, generation: int, *, idle: bool, now: float) -> Predicate:
-        def expired(value: dict[str, Any]) -> bool:
-            try:
-                stamp = read_record(value)
-            except UnknownRecord:
-                return False  # never delete what this code cannot read
-            # Idle: everything up to the newest generation. New writes start the next one.
-            return (idle and stamp.generation <= generation) or self._dead(stamp, generation, now)
-
-        return expired
-
-    async def _expired_now(self) -> Predicate | None:
+    async def expired_now(self) -> Predicate | None:
         """A test for stored records that are dead now; None when nothing is stored."""
-        newest = await self.inner.get_items(1)
+        newest = await self.inner.get_items(limit=1)
         if not newest:
             return None
         stamp, now = self._read(newest[-1]), self.clock()
-        return self._expired(stamp.generation, idle=self._idle(stamp, now), now=now)
+        return self.expiry.expired(stamp.generation, idle=self.expiry.idle(stamp, now), now=now)
 
     async def _purge(
         self, doomed: Predicate, *, prefix: bool = True, limit: int | None = None
     ) -> int:
-        predicate = doomed if limit is None else _at_most(limit, doomed)
+        predicate = doomed if limit is None else at_most(limit, doomed)
         caps = capabilities_of(self.inner)
         try:
             return await caps.delete_where(
@@ -405,9 +398,9 @@ class TTLSession(SessionLayer):
         if through is None and now - self._last_purge < self.purge_every:
             return
         self._last_purge = now
-        expired = self._expired(generation, idle=False, now=now)
+        expired = self.expiry.expired(generation, idle=False, now=now)
         try:
-            await self._purge(_doomed(through, expired, prefix=True), limit=self.purge_batch)
+            await self._purge(doomed(through, expired, prefix=True), limit=self.purge_batch)
         except CapabilityError as exc:
             self._can_purge = False
             logger.info("%s; skipping expired items only", exc)
@@ -426,69 +419,6 @@ class TTLSession(SessionLayer):
                 options[name] = getattr(self, name)
         options["purge_every"] = self.purge_every
         return options
-
-
-def _shows_open_unit(stored: list[dict[str, Any]], items: Sequence[Any]) -> bool:
-    """Whether ``stored`` reaches back to the start of every unit the batch continues."""
-    combined = [*stored, *items]
-    ok = cut_points(combined)
-    if not any(ok[1 : len(stored) + 1]):
-        return False  # the unit the batch joins may begin before the window
-    calls = {pair_key(item) for item in combined if not is_output(item)}
-    return all(pair_key(item) in calls for item in items if is_output(item) and pair_key(item))
-
-
-def _anchors(tail: Sequence[Stamp], items: Sequence[Any], origin: float) -> list[float]:
-    """When each new item's unit began: a unit begun in storage keeps its oldest time."""
-    join = len(tail)
-    anchors: list[float] = []
-    for span in split_units([*(stamp.item for stamp in tail), *items]):
-        if span.stop > join:
-            begun = [tail[i].anchor for i in range(span.start, join)]
-            anchors += [min([origin, *begun])] * (span.stop - max(span.start, join))
-    return anchors
-
-
-def _at_most(limit: int, predicate: Predicate) -> Predicate:
-    """``predicate``, until it has matched ``limit`` times (with ``prefix_only``, a bound)."""
-    taken = 0
-
-    def capped(item: dict[str, Any]) -> bool:
-        nonlocal taken
-        if taken >= limit or not predicate(item):
-            return False
-        taken += 1
-        return True
-
-    return capped
-
-
-def _doomed(last: Any, expired: Predicate, *, prefix: bool) -> Predicate:
-    """Records through ``last`` (the newest one the view hides), then expired ones.
-
-    Called once per record, oldest first. Up to ``last`` it also takes records written
-    before it that are not expired themselves but hidden. After it, only records that
-    cannot un-hide anything: expired ones at the head (``prefix``), else expired derived
-    ones. Nothing written after ``last`` is taken unless expired, even if another purger
-    deleted ``last`` meanwhile.
-    """
-    boundary = read_record(last).written if last is not None else None
-    passed = last is None
-
-    def doomed(value: dict[str, Any]) -> bool:
-        nonlocal passed
-        try:
-            stamp = read_record(value)
-        except UnknownRecord:
-            return False
-        if not passed:
-            if value == last:
-                passed = True
-                return True
-            return expired(value) or (boundary is not None and stamp.written < boundary)
-        return expired(value) and (prefix or stamp.derived)
-
-    return doomed
 
 
 async def purge_written_before(

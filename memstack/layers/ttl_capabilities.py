@@ -18,7 +18,7 @@ never outlives its sources.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from memstack.backends.adapters import capabilities_of
 from memstack.backends.capabilities import (
@@ -29,10 +29,24 @@ from memstack.backends.capabilities import (
 )
 from memstack.context import current_write_time
 from memstack.errors import CapabilityError
+from memstack.layers.ttl_policy import Snapshot
 from memstack.layers.ttl_record import Stamp, UnknownRecord, read_record, write_record
 
 if TYPE_CHECKING:
-    from memstack.layers.ttl import Snapshot, TTLSession
+    from agents.memory import Session
+
+
+class RetentionLayer(Protocol):
+    """What this adapter needs of a ``TTLSession`` (named structurally: no import cycle)."""
+
+    inner: Session
+    session_id: str
+
+    async def scan(self, want: int | None, forward: dict[str, Any]) -> Snapshot: ...
+
+    async def snapshot(self) -> Snapshot: ...
+
+    async def expired_now(self) -> Predicate | None: ...
 
 __all__ = ["TTLCapabilities"]
 
@@ -42,12 +56,12 @@ _ATTEMPTS = 5  # re-reads when other writers change the oldest records meanwhile
 class TTLCapabilities(StorageCapabilities):
     """Capabilities of the store below a ``TTLSession``, over its live items."""
 
-    session: TTLSession
+    session: RetentionLayer  # type: ignore[assignment]  # a Session, seen for what it adds
     # Live items are known only by reading back to the oldest one: count() reads them all.
     counts_cheaply = False
 
-    def __init__(self, session: TTLSession) -> None:
-        super().__init__(session)
+    def __init__(self, session: RetentionLayer) -> None:
+        super().__init__(session)  # type: ignore[arg-type]
         self.below = capabilities_of(session.inner)
 
     @property
@@ -55,11 +69,11 @@ class TTLCapabilities(StorageCapabilities):
         return self.below.atomic
 
     async def count(self) -> int:
-        return len((await self.session._scan(None, {})).visible)
+        return len((await self.session.scan(None, {})).visible)
 
     async def delete_oldest(self, n: int) -> int:
         for _ in range(_ATTEMPTS):
-            snapshot = await self.session._snapshot()
+            snapshot = await self.session.snapshot()
             doomed = max(0, min(n, len(snapshot.visible)))
             if doomed == 0:
                 return 0
@@ -75,7 +89,7 @@ class TTLCapabilities(StorageCapabilities):
         if n == 0:
             return True
         for _ in range(_ATTEMPTS):
-            snapshot = await self.session._snapshot()
+            snapshot = await self.session.snapshot()
             if len(snapshot.visible) < n:
                 return False
             replaced = snapshot.view()[:n]
@@ -92,7 +106,7 @@ class TTLCapabilities(StorageCapabilities):
     async def delete_where(
         self, predicate: Predicate, *, batch_size: int = 500, prefix_only: bool = False
     ) -> int:
-        expired = await self.session._expired_now()
+        expired = await self.session.expired_now()
         if expired is None:
             return 0
 

@@ -13,8 +13,8 @@ when its atomic unit began (an output written after its call carries the call's 
 or when the oldest item it derives from was written. ``d: 1`` marks derived items (a
 summary): their expiry hides nothing but themselves. ``g``, present only when not 0, is
 the session's generation: a write into an idle-expired session starts the next one, and
-older generations are dead. A value without the marker was written around the layer;
-its age is unknown.
+older generations are dead. A value without the marker was written before the layer, or
+around it: ``TTLSession`` dates it on first sight (``ttl_adoption``).
 """
 
 from __future__ import annotations
@@ -68,7 +68,7 @@ def read_record(value: object) -> Stamp:
     """The stamp of one stored value; ``UnknownRecord`` for formats this code cannot read."""
     # Runs once per stored item on every read: type() checks, and no helper calls.
     if not isinstance(value, dict) or MARKER not in value:
-        # Written around the layer: treated as written at the epoch, i.e. expired.
+        # Written before or around the layer: live, and dated by TTLSession.adopt().
         item = value if isinstance(value, dict) else {"value": value}
         return Stamp(item, 0.0, 0.0, 0, stamped=False)
     if value[MARKER] != VERSION:

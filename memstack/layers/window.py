@@ -452,7 +452,7 @@ class SlidingWindowSession(SessionLayer):
         size = max(floor, self._read_hint + self._read_hint // 4)
         while True:
             items = stored_items(
-                await self.inner.get_items(size, **self.forward(wrapper)),
+                await self.inner.get_items(limit=size, **self.forward(wrapper)),
                 layer=type(self).__name__,
                 session_id=self.session_id,
             )
@@ -477,7 +477,7 @@ class SlidingWindowSession(SessionLayer):
         """This window over a list of items (a model call's input inside one run).
 
         The same rule as ``get_items``, applied to ``items`` as a complete history; used
-        by ``memstack.compaction.input_filter``.
+        by ``memstack.input_filter``.
         """
         tail = _Tail(
             items,

@@ -6,8 +6,8 @@ from typing import Any
 
 from agents import Agent, RunConfig, Runner, function_tool
 
-from memstack import CompactionSession, SlidingWindowSession
-from memstack.compaction import Mask, input_filter
+from memstack import CompactionSession, SlidingWindowSession, input_filter
+from memstack.compaction import Mask
 from memstack.history import history_problems
 from memstack.testing import InMemorySession, ScriptedModel, ToolCall
 from memstack.tokens import TokenCounter

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -24,9 +23,9 @@ from memstack.history import history_problems, is_user_message, split_turns, spl
 from memstack.testing import InMemorySession
 from memstack.tokens import TokenCounter
 
+from ..conftest import shared_data
 from ..fake_openai_server import CHAT, FakeOpenAI
 
-DATA = Path("/work/shared/data")
 COUNTER = TokenCounter()
 
 # Per file: how it is replayed and compacted. Airline conversations are chats (one write
@@ -53,7 +52,7 @@ SETUPS: dict[str, dict[str, Any]] = {
 
 
 def conversations(name: str) -> list[dict[str, Any]]:
-    with (DATA / f"{name}.jsonl").open() as lines:
+    with shared_data(f"{name}.jsonl").open() as lines:
         return [json.loads(line) for line in lines]
 
 

@@ -41,11 +41,17 @@ from memstack.testing import (
 )
 
 from ..backends.test_generic_support import PlainSession
-from ..conftest import BACKENDS, POSTGRES_URL, Store, require_service, runner_conversation
+from ..conftest import (
+    BACKENDS,
+    POSTGRES_URL,
+    Store,
+    require_service,
+    runner_conversation,
+    shared_data,
+)
 
 KEY = generate_key()
 OTHER = generate_key()
-DATA = Path("/work/shared/data")
 
 
 def encrypted(store: InMemorySession | Any, **options: Any) -> EncryptedSession:
@@ -58,7 +64,7 @@ def conversation_items(limit: int = 300) -> list[dict[str, Any]]:
     halves = []
     for name, count in (("airline_tau.jsonl", limit // 2), ("swe_coding.jsonl", limit)):
         items: list[dict[str, Any]] = []
-        with (DATA / name).open() as lines:
+        with shared_data(name).open() as lines:
             for line in lines:
                 items.extend(json.loads(line)["items"])
                 if len(items) >= count:

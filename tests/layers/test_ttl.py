@@ -370,13 +370,17 @@ async def test_clock_skew_between_writers_never_punches_holes() -> None:
 
 
 # -- stored formats ----------------------------------------------------------------------------
-async def test_items_written_around_the_layer_count_as_expired() -> None:
+async def test_items_written_around_the_layer_are_dated_on_first_sight() -> None:
     store = InMemorySession(sid())
-    await store.add_items([user("legacy")])
-    session = TTLSession(store, ttl=HOUR, clock=FakeClock(), purge_every=None)
-    assert await session.get_items() == []
+    clock = FakeClock()
+    session = TTLSession(store, ttl=HOUR, clock=clock, purge_every=None)
     await session.add_items([user("stamped")])
-    assert await session.get_items() == [user("stamped")]
+    clock.tick(HOUR / 2)
+    await store.add_items([user("around")])  # another writer, without the layer
+    assert await session.get_items() == [user("stamped"), user("around")]
+    assert all(MARKER in json.loads(row) for row in store.rows)
+    clock.tick(HOUR / 2)
+    assert await session.get_items() == [user("around")]
     assert await session.purge_expired() == 1
 
 
@@ -677,7 +681,7 @@ async def test_pop_item_skips_an_expired_summary_on_top() -> None:
 
 async def test_purge_never_takes_a_later_record_when_its_marker_vanished() -> None:
     """A purge told to delete through a record another purger already deleted."""
-    from memstack.layers.ttl import _doomed
+    from memstack.layers.ttl_policy import doomed as _doomed
     from memstack.layers.ttl_record import write_record
 
     dead = write_record(user("dead"), written=100.0)

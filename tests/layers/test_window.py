@@ -41,9 +41,8 @@ from memstack.testing import CONTRACT_CHECKS, InMemorySession, ScriptedModel, To
 from memstack.testing.conversation import get_weather
 
 from ..backends.test_generic_support import PlainSession
-from ..conftest import BACKENDS, Store, runner_conversation
+from ..conftest import BACKENDS, Store, runner_conversation, shared_data
 
-DATA = Path("/work/shared/data")
 Item = dict[str, Any]
 
 
@@ -312,7 +311,7 @@ def test_the_answer_does_not_depend_on_how_much_was_read(
 
 # -- real transcripts, replayed turn by turn -----------------------------------------------
 def conversations(name: str) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in (DATA / f"{name}.jsonl").read_text().splitlines()]
+    return [json.loads(line) for line in shared_data(f"{name}.jsonl").read_text().splitlines()]
 
 
 def checkpoints(items: list[Item], every: int) -> list[int]:
@@ -683,12 +682,8 @@ async def test_runner_sends_the_model_only_the_window() -> None:
     assert len(await store.get_items()) == 10  # the store keeps everything
 
 
-AIRLINE_SAMPLE = [
-    json.loads(line)["items"]
-    for line in (Path(__file__).resolve().parents[3] / "shared" / "data" / "airline_tau.jsonl")
-    .read_text()
-    .splitlines()[:15]
-]
+def airline_sample() -> list[list[Item]]:
+    return [record["items"] for record in conversations("airline_tau")[:15]]
 
 
 @pytest.mark.parametrize(
@@ -703,7 +698,7 @@ AIRLINE_SAMPLE = [
 )
 async def test_in_run_filter_is_the_same_window(options: dict[str, Any]) -> None:
     """``filter_model_input`` (used inside a run) shows what ``get_items`` shows."""
-    for items in AIRLINE_SAMPLE:
+    for items in airline_sample():
         window = SlidingWindowSession(InMemorySession("in-run"), **options)
         await window.add_items(items)
         assert window.filter_model_input(items) == await window.get_items()

@@ -1,7 +1,7 @@
 """The stack's view, applied to every model call inside one run.
 
     from agents import RunConfig, Runner
-    from memstack.compaction import input_filter
+    from memstack import input_filter
 
     config = RunConfig(call_model_input_filter=input_filter(stack))
     await Runner.run(agent, "Fix the failing test", session=stack, run_config=config)
@@ -9,8 +9,9 @@
 The SDK reads the session once, at the start of a run, and then sends the growing input
 (that history plus every tool call and output of this run) on each model call; a session
 layer only shapes the next run. This filter applies the same view transforms to each of
-those calls: the compaction layer's masking, then the window's budget — found by walking
-the stack given (pass its top), bottom to top, as the layers themselves would apply.
+those calls — every layer's, found by walking the stack given (pass its top), bottom to
+top, as the layers themselves would apply: compaction's masking, the window's budget,
+memory's recall — then the guard every stack applies to its views.
 Summaries are not made here: a model call must not wait for one.
 
 A layer takes part by having ``filter_model_input(items) -> items`` (sync or async).
@@ -34,7 +35,7 @@ if TYPE_CHECKING:
 
 __all__ = ["ModelInputFilter", "input_filter"]
 
-logger = logging.getLogger("memstack.compaction")
+logger = logging.getLogger("memstack.model_input")
 
 Item = dict[str, Any]
 Transform = Callable[[list[Item]], "list[Item] | Awaitable[list[Item]]"]
