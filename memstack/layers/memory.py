@@ -21,7 +21,7 @@ below it see only history.
 
 The SDK reads a session before it stores the run's new input, so ``get_items`` can only
 recall for the previous user message. To recall for the message being answered, also pass
-``RunConfig(call_model_input_filter=memstack.compaction.input_filter(stack))``: the layer's
+``RunConfig(call_model_input_filter=memstack.input_filter(stack))``: the layer's
 ``filter_model_input`` then re-pins the block for the newest user message on each model call.
 """
 

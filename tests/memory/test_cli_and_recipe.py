@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from memstack.bench.transcripts import DATA_DIR
 from memstack.crypto import generate_key
 from memstack.errors import RecipeError
 from memstack.layers.memory import MemorySession
@@ -96,7 +97,10 @@ def test_memory_commands_round_trip(
 
 def test_bench_memory_writes_summary(tmp_path: Path) -> None:
     locomo = tmp_path / "tiny.jsonl"
-    source = (ROOT.parent / "shared" / "data" / "locomo_dev.jsonl").read_text().splitlines()[0]
+    data_file = DATA_DIR / "locomo_dev.jsonl"
+    if not data_file.exists():
+        pytest.skip(f"LoCoMo data not found at {data_file} (set MEMSTACK_DATA)")
+    source = data_file.read_text().splitlines()[0]
     data = json.loads(source)
     data["sessions"] = data["sessions"][:3]
     turns = {t["dia_id"] for s in data["sessions"] for t in s["turns"]}
