@@ -307,6 +307,12 @@ async def cmd_bench(args: argparse.Namespace) -> int:
     from memstack.bench.checkout import CHECKOUT_HINT, find_checkout
     from memstack.bench.tokens_bench import run_tokens_bench
 
+    if args.bench == "memory":
+        from memstack.bench.memory_bench import run_memory_bench
+
+        files = [Path(f) for f in args.files]
+        await run_memory_bench(files, tokens=args.tokens, out=Path(args.out))
+        return EXIT_OK
     if args.bench != "tokens":
         checkout = find_checkout()
         if checkout is None:
@@ -434,6 +440,13 @@ def _parser() -> argparse.ArgumentParser:
         "for another OpenAI-compatible endpoint; costs money); default: the deterministic "
         "extractive summariser, labelled as such",
     )
+    memory = which.add_parser("memory", help="LoCoMo evidence recall of long-term memory")
+    memory.add_argument("files", nargs="*", help="LoCoMo JSONL (default: locomo_dev.jsonl)")
+    memory.add_argument("--tokens", type=int, default=1000, help="injected token budget")
+    memory.add_argument("--out", default="bench-memory", help="directory for JSON/table/PNG")
+    from memstack.memory.cli import add_memory_commands
+
+    add_memory_commands(commands)
     for name in SCRIPT_BENCHMARKS:
         which.add_parser(  # --help too goes to the script, which lists its own options
             name,

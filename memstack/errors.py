@@ -14,7 +14,8 @@ Every failure memstack can report derives from one root, so applications can cat
     ├── DecryptionError           wrong or missing key, tampered or unknown envelope
     ├── SummarizerError           a summariser failed, timed out or answered unusably
     ├── ContentBlockedError       redaction found data its policy blocks; nothing was stored
-    └── UnknownUserError          forget found no session, vault entry or memory of the user
+    ├── UnknownUserError          forget found no session, vault entry or memory of the user
+    └── DistillationError         a memory extractor failed or answered unusably
 
 ``CompactionWarning`` (a ``UserWarning``) reports a failed automatic compaction when
 the layer's policy is to warn instead of raise.
@@ -31,6 +32,7 @@ __all__ = [
     "ConfigurationError",
     "ContentBlockedError",
     "DecryptionError",
+    "DistillationError",
     "ItemValidationError",
     "MemstackError",
     "RecipeError",
@@ -142,3 +144,7 @@ class UnknownUserError(MemstackError):
 
 class CompactionWarning(UserWarning):
     """An automatic compaction failed and history was left uncompacted (``on_error="warn"``)."""
+
+
+class DistillationError(MemstackError):
+    """A memory extractor failed or returned no usable answer; nothing was stored."""

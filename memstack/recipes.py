@@ -64,6 +64,8 @@ class Recipe:
     backend_options: Mapping[str, Any]
     layers: tuple[LayerSpec, ...]
     governance: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    #: The ``[memory]`` table: a long-term ``MemoryStore`` (``url``, ``key``/``keyring``, …).
+    memory: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
     def build(self, session_id: str) -> Session:
         """Open the store for ``session_id`` and stack the layers over it."""
@@ -99,13 +101,37 @@ class Recipe:
         self._stack_over(InMemorySession("recipe-validation"), resolve=resolve)
         if resolve:
             return []
-        tables = [("[backend]", self.backend_options), ("[governance]", self.governance)]
+        tables = [
+            ("[backend]", self.backend_options),
+            ("[governance]", self.governance),
+            ("[memory]", self.memory),
+        ]
         tables += [(_where(i, spec.layer), spec.options) for i, spec in enumerate(self.layers)]
         return [
             f"{where}.{field}: {_shown(value)}"
             for where, options in tables
             for field, value in _references(options)
         ]
+
+    def open_memory(self, *, resolve: bool = True) -> Any:
+        """The ``MemoryStore`` of the ``[memory]`` table (secrets resolved now)."""
+        from memstack.memory import MemoryStore
+
+        if not self.memory:
+            raise RecipeError(f"{self.source}: no [memory] table (needed by the memory layer)")
+        options = {
+            key: _resolve_secret(
+                value, source=self.source, where="[memory]", field=key, resolve=resolve
+            )
+            for key, value in self.memory.items()
+        }
+        url = options.pop("url", None)
+        if not isinstance(url, str) or not url:
+            raise RecipeError(f"{self.source}: [memory]: field 'url' is required (a SQL URL)")
+        try:
+            return MemoryStore.from_url(url, **options)
+        except (ConfigurationError, TypeError) as exc:
+            raise RecipeError(f"{self.source}: [memory]: {exc}") from exc
 
     def _backend_options(self, *, resolve: bool) -> dict[str, Any]:
         return {
@@ -124,6 +150,8 @@ class Recipe:
                 )
                 for field, value in spec.options.items()
             }
+            if spec.layer == "memory" and "store" not in options:
+                options["store"] = self.open_memory(resolve=resolve)
             try:
                 session = build_stack(session, [LayerSpec(spec.layer, options)])
             except ConfigurationError as exc:
@@ -265,12 +293,16 @@ def load_recipe(recipe: str | Path | Mapping[str, Any], **overrides: Any) -> Rec
             raise RecipeError(f"{source}: no such recipe file") from exc
         except tomllib.TOMLDecodeError as exc:
             raise RecipeError(f"{source}: not valid TOML: {exc}") from exc
-    unknown = sorted(set(data) - {"backend", "layers", "description", "governance"})
+    unknown = sorted(set(data) - {"backend", "layers", "description", "governance", "memory"})
     if unknown:
         raise RecipeError(
             f"{source}: unknown top-level key(s) {', '.join(unknown)}; "
-            "allowed: backend, layers, description, governance"
+            "allowed: backend, layers, memory, governance, description"
         )
+    memory = {
+        key: _check_value(value, source=source, where="[memory]", field=key)
+        for key, value in dict(data.get("memory") or {}).items()
+    }
     backend = dict(data.get("backend") or {})
     url = overrides.pop("url", None) or backend.pop("url", None)
     backend.pop("url", None)
@@ -310,7 +342,14 @@ def load_recipe(recipe: str | Path | Mapping[str, Any], **overrides: Any) -> Rec
         raise RecipeError(
             f"{source}: overrides for layers not in the recipe: {', '.join(leftover)}"
         )
-    return Recipe(source, url, backend_options, tuple(specs), _governance(data, source))
+    return Recipe(
+        source,
+        url,
+        backend_options,
+        tuple(specs),
+        governance=_governance(data, source),
+        memory=memory,
+    )
 
 
 def _governance(data: Mapping[str, Any], source: str) -> dict[str, Any]:

@@ -35,6 +35,7 @@ LAYERS: dict[str, str] = {
     "encrypted": "memstack.layers.encrypted:EncryptedSession",
     "compaction": "memstack.layers.compaction:CompactionSession",
     "redact": "memstack.layers.redact:RedactSession",
+    "memory": "memstack.layers.memory:MemorySession",
 }
 
 

@@ -82,6 +82,8 @@ BACKENDS = [
     "mariadb",
     "redis",
 ]
+# Stores that several sessions share (each in-memory session is a store of its own).
+SHARED_BACKENDS = tuple(b for b in BACKENDS if b not in ("memory", "sqlite-memory"))
 # Stores with their own per-item write time (the capability delete_written_before).
 SQL_BACKENDS = tuple(backend for backend in BACKENDS if backend not in ("memory", "redis"))
 SERVICES = {

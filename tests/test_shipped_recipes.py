@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from pathlib import Path
 from typing import Any
@@ -9,7 +10,8 @@ from typing import Any
 import pytest
 
 from memstack.crypto import generate_key
-from memstack.recipes import load_recipe
+from memstack.layers.memory import MemorySession
+from memstack.recipes import Recipe, load_recipe
 from memstack.testing import CONTRACT_CHECKS
 from memstack.testing.conversation import run_conversation
 
@@ -26,13 +28,14 @@ CONTRACT_OVERRIDES: dict[str, dict[str, Any]] = {
     "customer-support": {"window": {"max_tokens": 200_000}},
     "dev-sqlite": {"window": {"max_tokens": 200_000}},
     "coding-agent": {"compaction": {"trigger": {"tokens": 10_000_000, "target": 5_000_000}}},
+    "personal-assistant": {"window": {"max_tokens": 200_000}},
 }
 
 
 @pytest.fixture(autouse=True)
 def secrets(monkeypatch: pytest.MonkeyPatch) -> None:
     names = ("SUPPORT_KEY", "CHAT_KEY_CURRENT", "PII_KEY_CURRENT", "PII_KEY_PREVIOUS")
-    for name in (*names, "PII_AUDIT_KEY"):
+    for name in (*names, "PII_AUDIT_KEY", "ASSISTANT_KEY"):
         monkeypatch.setenv(name, generate_key())
     monkeypatch.setenv("OPENAI_API_KEY", "sk-not-used-the-trigger-never-fires-in-these-tests")
 
@@ -45,6 +48,7 @@ def test_every_recipe_is_tested() -> None:
         "coding-agent",
         "strict-pii",
         "ephemeral-redis",
+        "personal-assistant",
     }
 
 
@@ -66,7 +70,18 @@ def _test_url(recipe_url: str, tmp_path: Path) -> str:
     raise AssertionError(f"no test server for {recipe_url}")
 
 
+def _test_memory(recipe: Recipe, tmp_path: Path) -> Recipe:
+    """The recipe with its [memory] store (if any) in a test file."""
+    if not recipe.memory:
+        return recipe
+    url = f"sqlite:///{tmp_path / 'memory.db'}"
+    return dataclasses.replace(recipe, memory={**recipe.memory, "url": url})
+
+
 async def _dispose(session: Any) -> None:
+    for layer in session:
+        if isinstance(layer, MemorySession):
+            await layer.store.close()
     backend = list(session)[-1]
     engine = getattr(backend, "engine", None)
     if engine is not None:
@@ -84,6 +99,7 @@ async def test_recipe_contract(path: Path, check: Any, tmp_path: Path) -> None:
     base = load_recipe(path)
     overrides = CONTRACT_OVERRIDES.get(path.stem, {})
     recipe = load_recipe(path, url=_test_url(base.url, tmp_path), **overrides)
+    recipe = _test_memory(recipe, tmp_path)
     opened: dict[str, Any] = {}
 
     def factory(session_id: str) -> Any:
@@ -100,6 +116,7 @@ async def test_recipe_contract(path: Path, check: Any, tmp_path: Path) -> None:
 @pytest.mark.parametrize("path", SHIPPED, ids=lambda path: path.stem)
 def test_recipe_under_the_runner(path: Path, tmp_path: Path) -> None:
     recipe = load_recipe(path, url=_test_url(load_recipe(path).url, tmp_path))
+    recipe = _test_memory(recipe, tmp_path)
     made: list[Any] = []
 
     def make() -> Any:

@@ -23,7 +23,13 @@ from memstack.recipes import load_recipe
 from memstack.testing import FakeClock
 
 from .conftest import Store
-from .test_shipped_recipes import CONTRACT_OVERRIDES, SHIPPED, _dispose, _test_url
+from .test_shipped_recipes import (
+    CONTRACT_OVERRIDES,
+    SHIPPED,
+    _dispose,
+    _test_memory,
+    _test_url,
+)
 
 HOUR = 3600.0
 KEY = generate_key()
@@ -87,13 +93,14 @@ async def test_every_shipped_recipe(
     path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     keys = ("SUPPORT_KEY", "CHAT_KEY_CURRENT", "PII_KEY_CURRENT", "PII_KEY_PREVIOUS")
-    for name in (*keys, "PII_AUDIT_KEY"):
+    for name in (*keys, "PII_AUDIT_KEY", "ASSISTANT_KEY"):
         monkeypatch.setenv(name, generate_key())
     monkeypatch.setenv("OPENAI_API_KEY", "sk-not-used-the-trigger-never-fires-in-these-tests")
     base = load_recipe(path)
     recipe = load_recipe(
         path, url=_test_url(base.url, tmp_path), **CONTRACT_OVERRIDES.get(path.stem, {})
     )
+    recipe = _test_memory(recipe, tmp_path)
     session = recipe.build(f"half-{uuid.uuid4().hex[:10]}")
     clock, ttl = FakeClock(), session.find(TTLSession)
     if ttl is not None:

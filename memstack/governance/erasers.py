@@ -84,7 +84,7 @@ class LongTermMemoryEraser:
     name = "memory"
 
     def __init__(
-        self, forget: Callable[[str], Awaitable[object]], *, scope: str = "user:{user}"
+        self, forget: Callable[[str], Awaitable[object]], *, scope: str = "{user}"
     ) -> None:
         self.forget = forget
         self.scope = scope
@@ -103,16 +103,20 @@ class LongTermMemoryEraser:
 
 
 def memory_eraser(recipe: Any) -> Eraser | None:
-    """HOOK for long-term memory (issue 13): the eraser of a recipe's ``[memory]`` store.
+    """The eraser of a recipe's ``[memory]`` store, or None when it has none.
 
-    Returns None until ``memstack.memory`` is merged. Then it becomes::
-
-        memory = getattr(recipe, "memory", None)
-        if memory is None:
-            return None
-        store = MemoryStore.from_url(memory.url, ...)
-        return LongTermMemoryEraser(store.forget, scope="user:{user}")
-
-    and ``forget_user`` reports ``memories`` next to sessions and vault entries.
+    A user's long-term memories live under the scope named by their user id (the scope
+    the ``memory`` layer and ``memory_tools`` are given); ``MemoryStore.erase`` deletes
+    them with their audit events. The store is opened for the erasure and closed after.
     """
-    return None
+    if not getattr(recipe, "memory", None):
+        return None
+
+    async def erase(scope: str) -> int:
+        store = recipe.open_memory()
+        try:
+            return int(await store.erase(scope))
+        finally:
+            await store.close()
+
+    return LongTermMemoryEraser(erase, scope="{user}")

@@ -12,7 +12,7 @@ from memstack import CapabilityError, LayerSpec, build_stack
 from memstack.backends.whole_store import whole_store
 from memstack.testing import InMemorySession
 
-from ..conftest import BACKENDS, Store
+from ..conftest import SHARED_BACKENDS, Store
 
 
 def _ids() -> tuple[str, str]:
@@ -20,8 +20,6 @@ def _ids() -> tuple[str, str]:
     return f"ann-{tag}:t1", f"bob-{tag}:t1"
 
 
-# Stores shared by several sessions; each in-memory session is a store of its own.
-SHARED = [backend for backend in BACKENDS if backend not in ("memory", "sqlite-memory")]
 
 
 async def _side_store(store: Store):  # type: ignore[no-untyped-def]
@@ -32,7 +30,7 @@ async def _side_store(store: Store):  # type: ignore[no-untyped-def]
     return whole_store(a), ann, bob
 
 
-@pytest.mark.parametrize("store", SHARED, indirect=True)
+@pytest.mark.parametrize("store", SHARED_BACKENDS, indirect=True)
 async def test_lists_sessions_with_counts_and_last_activity(store: Store) -> None:
     wide, ann, bob = await _side_store(store)
     listed = {info.session_id: info for info in await wide.list_sessions()}
@@ -44,7 +42,7 @@ async def test_lists_sessions_with_counts_and_last_activity(store: Store) -> Non
     assert "session_id" not in wide.where
 
 
-@pytest.mark.parametrize("store", SHARED, indirect=True)
+@pytest.mark.parametrize("store", SHARED_BACKENDS, indirect=True)
 async def test_delete_sessions_removes_rows_and_keeps_the_others(store: Store) -> None:
     wide, ann, bob = await _side_store(store)
     assert await wide.delete_sessions([ann, "nobody:t9"]) == 2
@@ -54,7 +52,7 @@ async def test_delete_sessions_removes_rows_and_keeps_the_others(store: Store) -
     assert await wide.delete_sessions([]) == 0
 
 
-@pytest.mark.parametrize("store", SHARED, indirect=True)
+@pytest.mark.parametrize("store", SHARED_BACKENDS, indirect=True)
 async def test_vault_and_audit_side_tables(store: Store) -> None:
     wide, ann, bob = await _side_store(store)
     await wide.vault_put(ann, {"0123456789abcdef": "sealed-1", "fedcba9876543210": "sealed-2"})

@@ -12,7 +12,7 @@ from memstack.crypto import generate_key
 from memstack.governance import StoreJobs
 from memstack.testing import FakeClock
 
-from ..conftest import Store
+from ..conftest import SHARED_BACKENDS, Store
 
 PROVIDER = "memstack.crypto:keyring_from_env"
 
@@ -44,9 +44,8 @@ def _recipe(store: Store, clock: FakeClock, *kids: str) -> dict[str, Any]:
     }
 
 
+@pytest.mark.parametrize("store", SHARED_BACKENDS, indirect=True)
 async def test_jobs_over_every_backend(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
-    if store.backend in ("memory", "sqlite-memory"):
-        pytest.skip("each in-memory session is a store of its own")
     monkeypatch.setenv("JOBS_OLD", generate_key())
     monkeypatch.setenv("JOBS_NEW", generate_key())
     clock = FakeClock()

@@ -12,12 +12,11 @@ from memstack.crypto import Keyring, generate_key
 from memstack.governance import forget
 from memstack.governance.shred import UserKeys
 
-from ..conftest import Store
+from ..conftest import SHARED_BACKENDS, Store
 
 
+@pytest.mark.parametrize("store", SHARED_BACKENDS, indirect=True)
 async def test_forgetting_shreds_the_users_key(store: Store) -> None:
-    if store.backend in ("memory", "sqlite-memory"):
-        pytest.skip("each in-memory session is a store of its own")
     tag = uuid.uuid4().hex[:8]
     ann, bob = f"ann-{tag}", f"bob-{tag}"
     master = Keyring.of(generate_key(), generate_key())

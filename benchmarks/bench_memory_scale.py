@@ -1,0 +1,156 @@
+"""``MemoryStore.recall`` latency with 100,000 memories in one scope, SQLite and PostgreSQL.
+
+    python benchmarks/bench_memory_scale.py                       # 100k memories, both backends
+    python benchmarks/bench_memory_scale.py --memories 20000 --backends sqlite
+    python benchmarks/bench_memory_scale.py --measure-only sqlite:////tmp/s.db --scope big
+
+Memories are real dialogue turns (LoCoMo, every conversation in the data file) each
+tagged with two random rare words, so one scope holds 100,000 distinct memories whose
+vocabulary has natural frequencies; queries are LoCoMo's questions. Reported per backend:
+recall p50/p95/max in milliseconds (target p95 <= 20 ms) over warm queries at the given
+budget, next to the same recall on a scope of 1,000 memories, and the ingest rate.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import random
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+from memstack.bench.memory_bench import load_locomo
+from memstack.bench.transcripts import DATA_DIR
+from memstack.memory import MemoryStore
+
+TARGET_P95_MS = 20.0
+POSTGRES = "postgresql://postgres@127.0.0.1:5432/test"
+
+
+def _percentile(values: list[float], share: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(share * len(ordered)))]
+
+
+async def _fill(store: MemoryStore, scope: str, texts: list[str], count: int, seed: int) -> float:
+    rng = random.Random(seed)
+    start = time.perf_counter()
+    batch = 2_000
+    for first in range(0, count, batch):
+        memories = [
+            store.new_memory(
+                scope,
+                f"{rng.choice(texts)} tag{rng.randrange(50_000)} tag{rng.randrange(50_000)}",
+                source="observed",
+            )
+            for _ in range(first, min(count, first + batch))
+        ]
+        await store.remember_many(memories)
+    return count / (time.perf_counter() - start)
+
+
+async def _measure(
+    store: MemoryStore, scope: str, questions: list[str], tokens: int
+) -> list[float]:
+    for question in questions[:20]:  # warm caches and connections
+        await store.recall(scope, question, max_tokens=tokens)
+    millis = []
+    for question in questions:
+        start = time.perf_counter()
+        await store.recall(scope, question, max_tokens=tokens)
+        millis.append((time.perf_counter() - start) * 1000)
+    return millis
+
+
+async def run(backend: str, memories: int, tokens: int) -> dict[str, float]:
+    conversations = load_locomo(DATA_DIR / "locomo_dev.jsonl")
+    texts = [turn.line for c in conversations for turn in c.turns]
+    questions = [q.text for c in conversations for q in c.questions]
+    with tempfile.TemporaryDirectory() as scratch:
+        url = POSTGRES if backend == "postgres" else f"sqlite:///{Path(scratch) / 'scale.db'}"
+        store = MemoryStore.from_url(url)
+        big, small = f"scale-{uuid.uuid4().hex[:8]}", f"small-{uuid.uuid4().hex[:8]}"
+        try:
+            rate = await _fill(store, big, texts, memories, seed=1)
+            await _fill(store, small, texts, 1_000, seed=2)
+            if backend == "postgres":
+                async with store.engine.connect() as conn:
+                    auto = await conn.execution_options(isolation_level="AUTOCOMMIT")
+                    from sqlalchemy import text
+
+                    await auto.execute(text(f"ANALYZE {store.tables.terms.name}"))
+                    await auto.execute(text(f"ANALYZE {store.tables.memories.name}"))
+            big_ms = await _measure(store, big, questions, tokens)
+            small_ms = await _measure(store, small, questions, tokens)
+        finally:
+            await store.forget(big)
+            await store.forget(small)
+            await store.close()
+    return {
+        "ingest_per_s": rate,
+        "p50": statistics.median(big_ms),
+        "p95": _percentile(big_ms, 0.95),
+        "max": max(big_ms),
+        "small_p50": statistics.median(small_ms),
+        "small_p95": _percentile(small_ms, 0.95),
+    }
+
+
+async def measure_only(url: str, scope: str, tokens: int) -> dict[str, float]:
+    """Latency on a scope filled earlier (by a previous run with --keep, or by hand)."""
+    conversations = load_locomo(DATA_DIR / "locomo_dev.jsonl")
+    questions = [q.text for c in conversations for q in c.questions]
+    store = MemoryStore.from_url(url)
+    try:
+        millis = await _measure(store, scope, questions, tokens)
+        count = len(await store.list_memories(scope))
+    finally:
+        await store.close()
+    return {
+        "memories": count,
+        "p50": statistics.median(millis),
+        "p95": _percentile(millis, 0.95),
+        "max": max(millis),
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--memories", type=int, default=100_000)
+    parser.add_argument("--tokens", type=int, default=1_000)
+    parser.add_argument("--backends", default="sqlite,postgres")
+    parser.add_argument("--measure-only", metavar="URL", help="only time recall on URL's --scope")
+    parser.add_argument("--scope", default="big")
+    args = parser.parse_args()
+    if args.measure_only:
+        found = asyncio.run(measure_only(args.measure_only, args.scope, args.tokens))
+        print(
+            f"{found['memories']:,} memories: recall p50 {found['p50']:.1f} ms, "
+            f"p95 {found['p95']:.1f} ms, max {found['max']:.1f} ms"
+        )
+        return 0 if found["p95"] <= TARGET_P95_MS else 1
+    print(f"recall of {args.tokens} tokens; {args.memories:,} memories in one scope")
+    print(
+        f"{'backend':<9} {'ingest/s':>9} {'p50 ms':>7} {'p95 ms':>7} {'max ms':>7}"
+        f"   1k-scope p50/p95 ms"
+    )
+    failed = False
+    for backend in args.backends.split(","):
+        result = asyncio.run(run(backend, args.memories, args.tokens))
+        ok = result["p95"] <= TARGET_P95_MS
+        failed |= not ok
+        print(
+            f"{backend:<9} {result['ingest_per_s']:>9.0f} {result['p50']:>7.1f} "
+            f"{result['p95']:>7.1f} {result['max']:>7.1f}   "
+            f"{result['small_p50']:.1f}/{result['small_p95']:.1f}"
+            f"   {'ok' if ok else 'ABOVE TARGET'} (p95 target {TARGET_P95_MS:.0f} ms)"
+        )
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

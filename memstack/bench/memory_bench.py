@@ -1,0 +1,349 @@
+"""``memstack bench memory``: how much of what a question needs does recall inject?
+
+    $ memstack bench memory --tokens 1000 --out bench-memory
+
+On LoCoMo (``locomo_dev.jsonl``: long multi-session conversations with questions that
+name the dialogue turns holding their answer) every turn is remembered as an observed
+note with its speaker and session date; each question then injects
+``recall(question, max_tokens=N)``. A question counts toward ``evidence_recall`` when all
+of its evidence turns are in the injected text, toward ``answer_recall`` when the
+annotated answer appears in it verbatim (case-insensitive). Baselines, measured the same
+way: the full conversation, the most recent N tokens, and naive BM25 over the raw turns.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import re
+import statistics
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from memstack.bench.transcripts import DATA_DIR
+from memstack.memory.models import Provenance
+from memstack.memory.store import MemoryStore
+from memstack.tokens import TokenCounter
+
+__all__ = ["Question", "StrategyScore", "Turn", "load_locomo", "run_memory_bench"]
+
+_CATEGORIES = (1, 2, 3, 4)
+
+
+@dataclass(frozen=True, slots=True)
+class Turn:
+    dia_id: str
+    speaker: str
+    text: str
+    when: float
+
+    @property
+    def line(self) -> str:
+        return f"{self.speaker}: {self.text}"
+
+
+@dataclass(frozen=True, slots=True)
+class Question:
+    conversation: str
+    text: str
+    answer: str
+    evidence: frozenset[str]
+    category: int
+
+
+@dataclass
+class Conversation:
+    id: str
+    turns: list[Turn]
+    questions: list[Question]
+
+
+@dataclass
+class StrategyScore:
+    strategy: str
+    kind: str
+    found: list[bool] = field(default_factory=list)
+    answered: list[bool] = field(default_factory=list)
+    tokens: list[int] = field(default_factory=list)
+    millis: list[float] = field(default_factory=list)
+    categories: list[int] = field(default_factory=list)
+
+    def add(self, question: Question, ids: set[str], text: str, tokens: int, ms: float) -> None:
+        self.found.append(question.evidence <= ids)
+        self.answered.append(_normal(question.answer) in _normal(text))
+        self.tokens.append(tokens)
+        self.millis.append(ms)
+        self.categories.append(question.category)
+
+    def summary(self) -> dict[str, Any]:
+        millis = sorted(self.millis)
+        by_category = {
+            str(c): round(
+                statistics.mean(
+                    f for f, k in zip(self.found, self.categories, strict=True) if k == c
+                ),
+                4,
+            )
+            for c in sorted(set(self.categories))
+        }
+        return {
+            "strategy": self.strategy,
+            "kind": self.kind,
+            "questions": len(self.found),
+            "evidence_recall": round(statistics.mean(self.found), 4),
+            "answer_recall": round(statistics.mean(self.answered), 4),
+            "mean_tokens": round(statistics.mean(self.tokens), 1),
+            "recall_p50_ms": round(_percentile(millis, 0.50), 3),
+            "recall_p95_ms": round(_percentile(millis, 0.95), 3),
+            "evidence_recall_by_category": by_category,
+        }
+
+
+def _percentile(values: Sequence[float], share: float) -> float:
+    if not values:
+        return 0.0
+    return values[min(len(values) - 1, math.ceil(share * len(values)) - 1)]
+
+
+def _normal(text: str) -> str:
+    return re.sub(r"\s+", " ", str(text)).strip().casefold()
+
+
+def _session_time(text: str) -> float:
+    """LoCoMo's "1:56 pm on 8 May, 2023" as POSIX seconds (UTC)."""
+    parsed = datetime.strptime(text.strip(), "%I:%M %p on %d %B, %Y")
+    return parsed.replace(tzinfo=UTC).timestamp()
+
+
+def load_locomo(path: Path) -> list[Conversation]:
+    conversations = []
+    with path.open(encoding="utf-8") as lines:
+        for line in lines:
+            data = json.loads(line)
+            turns = []
+            for session in data["sessions"]:
+                when = _session_time(session["date_time"])
+                for turn in session["turns"]:
+                    text = turn["text"]
+                    if turn.get("blip_caption"):
+                        text += f" [shares {turn['blip_caption']}]"
+                    turns.append(Turn(turn["dia_id"], turn["speaker"], text, when))
+            questions = [
+                Question(
+                    data["id"],
+                    qa["question"],
+                    str(qa.get("answer", "")),
+                    frozenset(
+                        part.strip()
+                        for evidence in qa.get("evidence", [])
+                        for part in re.split(r"[;,\s]+", evidence)
+                        if part.strip()
+                    ),
+                    int(qa["category"]),
+                )
+                for qa in data["qa"]
+                if int(qa.get("category", 0)) in _CATEGORIES and qa.get("evidence")
+            ]
+            conversations.append(Conversation(data["id"], turns, questions))
+    return conversations
+
+
+# -- baselines ---------------------------------------------------------------------------
+def _render(turns: Sequence[Turn]) -> str:
+    return "\n".join(turn.line for turn in turns)
+
+
+def _recent(turns: Sequence[Turn], budget: int, count: Callable[[str], int]) -> list[Turn]:
+    chosen: list[Turn] = []
+    used = 0
+    for turn in reversed(turns):
+        cost = count(turn.line) + 1
+        if used + cost > budget:
+            break
+        chosen.append(turn)
+        used += cost
+    return chosen[::-1]
+
+
+class NaiveBM25:
+    """BM25 over raw turns: lower-cased words, no stemming, no stop words."""
+
+    def __init__(self, turns: Sequence[Turn], k1: float = 1.2, b: float = 0.75) -> None:
+        self.turns = list(turns)
+        self.docs = [Counter(re.findall(r"\w+", t.line.lower())) for t in self.turns]
+        self.df: Counter[str] = Counter(w for doc in self.docs for w in doc)
+        self.mean = statistics.mean(sum(d.values()) for d in self.docs)
+        self.k1, self.b = k1, b
+
+    def rank(self, query: str) -> list[Turn]:
+        words = re.findall(r"\w+", query.lower())
+        n = len(self.docs)
+        scores = []
+        for index, doc in enumerate(self.docs):
+            length = sum(doc.values())
+            score = 0.0
+            for word in words:
+                tf = doc.get(word, 0)
+                if tf:
+                    idf = math.log(1 + (n - self.df[word] + 0.5) / (self.df[word] + 0.5))
+                    norm = tf + self.k1 * (1 - self.b + self.b * length / self.mean)
+                    score += idf * tf * (self.k1 + 1) / norm
+            if score > 0:
+                scores.append((-score, index))
+        return [self.turns[i] for _, i in sorted(scores)]
+
+
+def _pack_turns(ranked: Sequence[Turn], budget: int, count: Callable[[str], int]) -> list[Turn]:
+    chosen, used = [], 0
+    for turn in ranked:
+        cost = count(turn.line) + 1
+        if used + cost <= budget:
+            chosen.append(turn)
+            used += cost
+    return chosen
+
+
+def _neighbours(turns: Sequence[Turn], index: int) -> str:
+    """Two turns either side: a reply is found by the words of what it answers."""
+    return " ".join(t.text for t in turns[max(0, index - 2) : index + 3] if t is not turns[index])
+
+
+# -- the run -----------------------------------------------------------------------------
+async def _memstack(
+    conversations: Sequence[Conversation], budget: int, count: Callable[[str], int], db: Path
+) -> StrategyScore:
+    score = StrategyScore(f"memstack recall ({budget} tok)", "memstack")
+    store = MemoryStore.from_url(f"sqlite:///{db}", count_tokens=count)
+    try:
+        for conversation in conversations:
+            scope = conversation.id
+            await store.remember_many(
+                [
+                    store.new_memory(
+                        scope,
+                        turn.line,
+                        kind="note",
+                        source="observed",
+                        valid_from=turn.when,
+                        provenance=Provenance(session_id=conversation.id, item=turn.dia_id),
+                        context=_neighbours(conversation.turns, index),
+                    )
+                    for index, turn in enumerate(conversation.turns)
+                ]
+            )
+            for question in conversation.questions:
+                start = time.perf_counter()
+                recalled = await store.recall(scope, question.text, max_tokens=budget)
+                ms = (time.perf_counter() - start) * 1000
+                ids = {m.provenance.item for m in recalled if m.provenance.item}
+                score.add(question, ids, recalled.text, recalled.tokens, ms)
+    finally:
+        await store.close()
+    return score
+
+
+def _baselines(
+    conversations: Sequence[Conversation], budget: int, count: Callable[[str], int]
+) -> list[StrategyScore]:
+    full = StrategyScore("full context", "baseline")
+    recent = StrategyScore(f"recent {budget} tokens", "baseline")
+    naive = StrategyScore(f"naive BM25 ({budget} tok)", "baseline")
+    for conversation in conversations:
+        everything = _render(conversation.turns)
+        all_ids = {t.dia_id for t in conversation.turns}
+        full_tokens = count(everything)
+        tail = _recent(conversation.turns, budget, count)
+        tail_text = _render(tail)
+        tail_ids = {t.dia_id for t in tail}
+        index = NaiveBM25(conversation.turns)
+        for question in conversation.questions:
+            full.add(question, all_ids, everything, full_tokens, 0.0)
+            recent.add(question, tail_ids, tail_text, count(tail_text), 0.0)
+            start = time.perf_counter()
+            found = _pack_turns(index.rank(question.text), budget, count)
+            ms = (time.perf_counter() - start) * 1000
+            text = _render(found)
+            naive.add(question, {t.dia_id for t in found}, text, count(text), ms)
+    return [full, recent, naive]
+
+
+def _table(rows: Sequence[dict[str, Any]]) -> str:
+    headers = [
+        "strategy",
+        "kind",
+        "questions",
+        "evidence_recall",
+        "answer_recall",
+        "mean_tokens",
+        "recall_p50_ms",
+        "recall_p95_ms",
+    ]
+    cells = [headers, *[[str(row[h]) for h in headers] for row in rows]]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in cells]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(line.rstrip() for line in lines)
+
+
+def _plot(rows: Sequence[dict[str, Any]], path: Path) -> bool:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    figure, axis = plt.subplots(figsize=(7, 4))
+    for row in rows:
+        marker = "o" if row["kind"] == "memstack" else "s"
+        axis.scatter(row["mean_tokens"], row["evidence_recall"] * 100, marker=marker)
+        axis.annotate(row["strategy"], (row["mean_tokens"], row["evidence_recall"] * 100))
+    axis.set_xscale("log")
+    axis.set_xlabel("injected tokens per question (mean, log scale)")
+    axis.set_ylabel("evidence recall (%)")
+    axis.set_title("LoCoMo: evidence recall vs injected tokens")
+    axis.grid(True, alpha=0.3)
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
+    return True
+
+
+def _write(out: Path, summary: dict[str, Any], table: str) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+    (out / "table.txt").write_text(table + "\n", encoding="utf-8")
+
+
+async def run_memory_bench(
+    files: Sequence[Path] | None, *, tokens: int, out: Path, model: str = "gpt-4o"
+) -> dict[str, Any]:
+    """Run every strategy on the LoCoMo files; write summary.json, table.txt and a plot."""
+    paths = list(files) if files else [DATA_DIR / "locomo_dev.jsonl"]
+    conversations = [c for path in paths for c in load_locomo(path)]
+    count = TokenCounter(model).count_text
+    scores = _baselines(conversations, tokens, count)
+    with tempfile.TemporaryDirectory() as scratch:
+        scores.append(await _memstack(conversations, tokens, count, Path(scratch) / "memory.db"))
+    rows = [score.summary() for score in scores]
+    summary = {
+        "benchmark": "memory",
+        "files": [str(p) for p in paths],
+        "tokens": tokens,
+        "model": model,
+        "conversations": len(conversations),
+        "strategies": rows,
+    }
+    text = _table(rows)
+    await asyncio.to_thread(_write, out, summary, text)
+    print(text)
+    if _plot(rows, out / "evidence_recall.png"):
+        print(f"\nwrote {out / 'summary.json'}, {out / 'table.txt'}, {out / 'evidence_recall.png'}")
+    return summary

@@ -1,0 +1,57 @@
+"""The recall queries as SQL text, built once per number of query terms.
+
+    >>> from memstack.memory.queries import RecallQueries
+    >>> from memstack.memory.schema import tables
+    >>> sql = RecallQueries(tables()).ranked(2)
+    >>> sql.count("UNION ALL"), ":w1" in sql, ":t1" in sql
+    (1, True, True)
+
+Recall runs on every turn, so its two statements skip the expression builder: the same
+portable SQL (SQLite, PostgreSQL, MariaDB) with bound parameters, cached per term count.
+``ranked`` reads each term's best postings in impact order, sums them per memory, keeps
+the best ``:limit`` and joins them to their live rows, in one round trip.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+from memstack.memory.schema import Tables
+
+__all__ = ["RecallQueries"]
+
+
+class RecallQueries:
+    """SQL text for document frequencies and ranked recall over one set of tables."""
+
+    def __init__(self, tables: Tables) -> None:
+        self.terms = tables.terms.name
+        self.memories = tables.memories.name
+        self.columns = ", ".join(f"m.{column.name}" for column in tables.memories.columns)
+        self.frequencies = lru_cache(maxsize=64)(self._frequencies)
+        self.ranked = lru_cache(maxsize=64)(self._ranked)
+
+    def _frequencies(self, count: int) -> str:
+        """``(term, df)`` of terms ``:t0…``, each counted up to ``:cap`` postings."""
+        parts = [
+            f"SELECT :t{i} AS term, COUNT(*) AS df FROM (SELECT memory_id FROM {self.terms} "
+            f"WHERE scope = :scope AND term = :t{i} LIMIT :cap) AS c{i}"
+            for i in range(count)
+        ]
+        return " UNION ALL ".join(parts)
+
+    def _ranked(self, count: int) -> str:
+        """Live rows of the best ``:limit`` memories for terms ``:t0…`` weighted ``:w0…``."""
+        parts = [
+            f"SELECT memory_id, score FROM (SELECT memory_id, impact * :w{i} AS score "
+            f"FROM {self.terms} WHERE scope = :scope AND term = :t{i} "
+            f"ORDER BY impact DESC LIMIT :per_term) AS p{i}"
+            for i in range(count)
+        ]
+        return (
+            f"SELECT {self.columns}, s.total AS total FROM {self.memories} AS m JOIN ("
+            f"SELECT memory_id, SUM(score) AS total FROM ({' UNION ALL '.join(parts)}) AS postings "
+            "GROUP BY memory_id ORDER BY total DESC, memory_id LIMIT :limit"
+            ") AS s ON s.memory_id = m.id "
+            "WHERE m.superseded_at IS NULL AND (m.expires_at IS NULL OR m.expires_at > :now)"
+        )

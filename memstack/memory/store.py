@@ -1,0 +1,1009 @@
+"""``MemoryStore``: long-term memories per scope in SQLite, PostgreSQL or MariaDB.
+
+    >>> import asyncio
+    >>> from memstack.memory import MemoryStore
+    >>> async def demo():
+    ...     store = MemoryStore.from_url("sqlite://:memory:")
+    ...     await store.remember("user-42", "Prefers answers in French", kind="preference")
+    ...     found = await store.recall("user-42", "which language should I answer in?")
+    ...     await store.close()
+    ...     return [m.text for m in found]
+    >>> asyncio.run(demo())
+    ['Prefers answers in French']
+
+One search index everywhere: every memory's terms (``memstack.memory.text``) are stored
+as 64-bit digests (keyed HMACs when the store has a key, see ``memstack.memory.cipher``)
+and ranked with BM25 in SQL, then fused with the precedence rules and packed into the
+token budget in Python (``memstack.memory.ranking``). Rankings are therefore identical on
+every backend, encrypted or not. Writes run in one transaction each; every change leaves
+an audit event that never contains memory text.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import and_, delete, event, func, insert, or_, select, text, update
+from sqlalchemy.engine import Row
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
+from sqlalchemy.pool import StaticPool
+
+from memstack.backends.translate import store_errors
+from memstack.crypto.keys import KeyProvider
+from memstack.errors import ConfigurationError
+from memstack.memory.cipher import MemoryCipher, keys_from
+from memstack.memory.consolidate import Change, ConsolidationPolicy, plan_consolidation
+from memstack.memory.models import (
+    KINDS,
+    SOURCES,
+    Event,
+    Memory,
+    Provenance,
+    check_choice,
+    check_confidence,
+)
+from memstack.memory.queries import RecallQueries
+from memstack.memory.ranking import BM25, Packed, pack, precedence
+from memstack.memory.schema import SCHEMA_VERSION, Tables, tables
+from memstack.memory.text import term_counts
+
+__all__ = ["MemoryStore", "Recall"]
+
+_LAYER = "MemoryStore"
+_DRIVERS = {
+    "sqlite": "sqlite+aiosqlite",
+    "postgresql": "postgresql+asyncpg",
+    "postgres": "postgresql+asyncpg",
+    "mysql": "mysql+aiomysql",
+    "mariadb": "mariadb+aiomysql",
+}
+_DEFAULT_CONFIDENCE = {"explicit": 1.0, "feedback": 0.9, "observed": 0.8, "inferred": 0.6}
+# BM25 candidates fetched before precedence and budget decide: max_tokens / 20 (a memory
+# line is rarely under 20 tokens), at most this many.
+_CANDIDATES = 200
+# Statistics for BM25 (memory count, mean length) are cached this long per scope.
+_STATS_SECONDS = 30.0
+_BATCH = 500
+# A memory's own words count this many times its (unshown) context's words.
+_OWN_WEIGHT = 3
+# Postings read per query term, best impact first, and the cap on counting a term's
+# document frequency: beyond these a term is so common that it barely ranks.
+_POSTINGS_PER_TERM = 200
+_DF_CAP = 5_000
+_DF_CACHE_SCOPES = 1_000
+# A scope with this many memories has a stable mean length for BM25 normalisation.
+_STABLE_STATS = 1_000
+# Standing preferences and facts considered for the profile part of a recall.
+_PROFILE = 50
+_TOKEN_CACHE = 50_000
+
+
+@dataclass(frozen=True, slots=True)
+class Recall:
+    """Recalled memories in block order, the rendered block and its token count."""
+
+    memories: tuple[Memory, ...]
+    text: str
+    tokens: int
+
+    def __iter__(self) -> Iterator[Memory]:
+        return iter(self.memories)
+
+    def __len__(self) -> int:
+        return len(self.memories)
+
+    def __bool__(self) -> bool:
+        return bool(self.memories)
+
+
+def _engine_url(url: str) -> str:
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        raise ConfigurationError(f"{url!r} is not a URL (expected scheme://…)", layer=_LAYER)
+    scheme = scheme.lower()
+    if scheme in ("sqlite", "aiosqlite"):
+        if rest in ("", ":memory:", "/:memory:"):
+            return "sqlite+aiosqlite://"
+        if not rest.startswith("/"):
+            raise ConfigurationError(
+                f"{url!r}: write sqlite:///relative.db, sqlite:////absolute.db or "
+                "sqlite://:memory:",
+                layer=_LAYER,
+            )
+        return f"sqlite+aiosqlite://{rest}"
+    if scheme in ("redis", "rediss", "unix"):
+        raise ConfigurationError(
+            "long-term memory needs a SQL database (SQLite, PostgreSQL or MariaDB), "
+            f"not {scheme}://",
+            layer=_LAYER,
+        )
+    return _DRIVERS.get(scheme, scheme) + "://" + rest
+
+
+def _now_or(clock: Callable[[], float]) -> float:
+    return float(clock())
+
+
+class MemoryStore:
+    """Long-term memories: remember, recall, forget, a key–value surface and an audit trail."""
+
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        *,
+        key: bytes | str | None = None,
+        keyring: KeyProvider | None = None,
+        create_tables: bool = True,
+        table_prefix: str = "memstack_memor",
+        clock: Callable[[], float] = time.time,
+        count_tokens: Callable[[str], int] | None = None,
+        bm25: BM25 | None = None,
+    ) -> None:
+        if not isinstance(engine, AsyncEngine):
+            raise ConfigurationError(
+                f"engine must be a SQLAlchemy AsyncEngine, not {type(engine).__name__}",
+                layer=_LAYER,
+            )
+        self.engine = engine
+        self.cipher = MemoryCipher(keys_from(key, keyring))
+        self.cipher.check()
+        self.tables: Tables = tables(table_prefix)
+        self.queries = RecallQueries(self.tables)
+        self.create_tables = create_tables
+        self.clock = clock
+        self.bm25 = bm25 or BM25()
+        self._count = count_tokens
+        self._ready = False
+        self._stats: dict[str, tuple[int, float, float]] = {}
+        self._token_cache: dict[str, int] = {}
+        self._df: dict[str, dict[int, tuple[int, float]]] = {}
+        if engine.dialect.name == "sqlite":
+            # Deleted memories are overwritten with zeros in the file, not left in free pages.
+            event.listen(engine.sync_engine, "connect", _sqlite_secure_delete)
+
+    @classmethod
+    def from_url(
+        cls,
+        url: str,
+        *,
+        key: bytes | str | None = None,
+        keyring: KeyProvider | None = None,
+        engine_kwargs: Mapping[str, Any] | None = None,
+        **options: Any,
+    ) -> MemoryStore:
+        """Open ``sqlite:///file.db``, ``sqlite://:memory:``, ``postgresql://…``, ``mysql://…``."""
+        target = _engine_url(url)
+        kwargs = dict(engine_kwargs or {})
+        if target == "sqlite+aiosqlite://":
+            kwargs.setdefault("poolclass", StaticPool)
+        with store_errors(None, layer=_LAYER, doing="opening the memory store"):
+            try:
+                engine = create_async_engine(target, **kwargs)
+            except ImportError as exc:
+                raise ConfigurationError(
+                    f"cannot open {url.partition('://')[0]}:// URLs: {exc} (pip install "
+                    "memstack[postgres] or memstack[mysql])",
+                    layer=_LAYER,
+                ) from exc
+        return cls(engine, key=key, keyring=keyring, **options)
+
+    def __repr__(self) -> str:
+        url = self.engine.url.render_as_string(hide_password=True)
+        return f"MemoryStore(url={url!r}, encrypted={self.cipher.encrypted})"
+
+    async def close(self) -> None:
+        await self.engine.dispose()
+
+    # -- schema ----------------------------------------------------------------------------
+    async def _prepare(self) -> None:
+        if self._ready:
+            return
+        meta = self.tables.meta
+        with store_errors(None, layer=_LAYER, doing="preparing the memory tables"):
+            async with self.engine.begin() as conn:
+                if self.create_tables:
+                    await conn.run_sync(self.tables.metadata.create_all)
+                found = (
+                    await conn.execute(select(meta.c.value).where(meta.c.name == "schema_version"))
+                ).scalar()
+                if found is None:
+                    await conn.execute(
+                        insert(meta).values(name="schema_version", value=str(SCHEMA_VERSION))
+                    )
+                elif found != str(SCHEMA_VERSION):
+                    raise ConfigurationError(
+                        f"memory tables have schema version {found}; this memstack reads "
+                        f"{SCHEMA_VERSION}",
+                        layer=_LAYER,
+                    )
+        self._ready = True
+
+    async def schema_version(self) -> int:
+        await self._prepare()
+        return SCHEMA_VERSION
+
+    def _errors(self, doing: str) -> Any:
+        return store_errors(None, layer=_LAYER, doing=doing)
+
+    # -- rows ------------------------------------------------------------------------------
+    def _to_memory(self, row: Row[Any]) -> Memory:
+        payload = self.cipher.open(row.scope, row.payload)
+        return Memory(
+            id=row.id,
+            scope=row.scope,
+            text=payload["text"],
+            kind=row.kind,
+            source=row.source,
+            key=payload.get("key"),
+            data=payload.get("data"),
+            confidence=row.confidence,
+            created_at=row.created_at,
+            updated_at=row.updated_at,
+            valid_from=row.valid_from,
+            superseded_at=row.superseded_at,
+            superseded_by=row.superseded_by,
+            last_verified_at=row.last_verified_at,
+            expires_at=row.expires_at,
+            needs_review=bool(row.needs_review),
+            provenance=Provenance(**payload.get("provenance", {})),
+            context=payload.get("context"),
+        )
+
+    def _row_values(self, memory: Memory) -> dict[str, Any]:
+        kid = self.cipher.active_kid
+        payload: dict[str, Any] = {"text": memory.text}
+        if memory.key is not None:
+            payload["key"] = memory.key
+        if memory.data is not None:
+            payload["data"] = dict(memory.data)
+        if provenance := memory.provenance.as_dict():
+            payload["provenance"] = provenance
+        if memory.context:
+            payload["context"] = memory.context
+        return {
+            "id": memory.id,
+            "scope": memory.scope,
+            "key_digest": (
+                self.cipher.key_digest(kid, memory.scope, memory.key)
+                if memory.key is not None
+                else None
+            ),
+            "kind": memory.kind,
+            "source": memory.source,
+            "confidence": memory.confidence,
+            "created_at": memory.created_at,
+            "updated_at": memory.updated_at,
+            "valid_from": memory.valid_from,
+            "superseded_at": memory.superseded_at,
+            "superseded_by": memory.superseded_by,
+            "last_verified_at": memory.last_verified_at,
+            "expires_at": memory.expires_at,
+            "needs_review": memory.needs_review,
+            "length": sum(_weighted_terms(memory).values()),
+            "kid": kid,
+            "payload": self.cipher.seal(memory.scope, payload),
+        }
+
+    def _postings(self, memory: Memory, mean_length: float) -> list[dict[str, Any]]:
+        """Index rows: each term's BM25 impact, computed once at write time.
+
+        Storing the impact (not tf and length) lets recall read each term's best postings
+        from an index in impact order, and stop early for common terms.
+        """
+        kid = self.cipher.active_kid
+        counts = _weighted_terms(memory)
+        length = sum(counts.values())
+        k1, b = self.bm25.k1, self.bm25.b
+        norm = k1 * (1 - b + b * length / max(mean_length, 1.0))
+        postings: dict[int, dict[str, Any]] = {}
+        for term, tf in counts.items():
+            digest = self.cipher.term_digest(kid, memory.scope, term)
+            postings[digest] = {
+                "scope": memory.scope,
+                "term": digest,
+                "memory_id": memory.id,
+                "impact": round(tf * (k1 + 1) / (tf + norm), 4),
+            }
+        return list(postings.values())
+
+    async def _mean_length(
+        self, conn: AsyncConnection, scope: str, batch: Sequence[Memory]
+    ) -> float:
+        count, mean = await self._scope_stats(conn, scope)
+        if count >= _STABLE_STATS or not batch:
+            return mean
+        lengths = [sum(_weighted_terms(m).values()) for m in batch]
+        return (count * mean + sum(lengths)) / (count + len(lengths))
+
+    async def _log(
+        self,
+        conn: AsyncConnection,
+        memories: Iterable[Memory] | Iterable[tuple[str, str]],
+        action: str,
+        actor: str,
+        **detail: Any,
+    ) -> None:
+        now = _now_or(self.clock)
+        rows = []
+        for entry in memories:
+            memory_id, scope = (entry.id, entry.scope) if isinstance(entry, Memory) else entry
+            rows.append(
+                {
+                    "memory_id": memory_id,
+                    "scope": scope,
+                    "action": action,
+                    "actor": actor,
+                    "at": now,
+                    "detail": json.dumps(detail, sort_keys=True),
+                }
+            )
+        if rows:
+            await conn.execute(insert(self.tables.events), rows)
+
+    # -- writing ---------------------------------------------------------------------------
+    async def remember(
+        self,
+        scope: str,
+        text: str,
+        *,
+        kind: str = "note",
+        source: str = "explicit",
+        key: str | None = None,
+        data: Mapping[str, Any] | None = None,
+        confidence: float | None = None,
+        valid_from: float | None = None,
+        expires_at: float | None = None,
+        verified: bool = False,
+        provenance: Provenance | None = None,
+        context: str | None = None,
+        actor: str = "api",
+    ) -> Memory:
+        """Store one memory; an explicit one with a ``key`` supersedes that key's older ones.
+
+        An inferred memory never supersedes an explicit one: it is stored beside it, and
+        precedence puts the explicit statement first.
+        """
+        [memory] = await self.remember_many(
+            [
+                self.new_memory(
+                    scope,
+                    text,
+                    kind=kind,
+                    source=source,
+                    key=key,
+                    data=data,
+                    confidence=confidence,
+                    valid_from=valid_from,
+                    expires_at=expires_at,
+                    verified=verified,
+                    provenance=provenance,
+                    context=context,
+                )
+            ],
+            actor=actor,
+        )
+        return memory
+
+    def new_memory(
+        self,
+        scope: str,
+        text: str,
+        *,
+        kind: str = "note",
+        source: str = "explicit",
+        key: str | None = None,
+        data: Mapping[str, Any] | None = None,
+        confidence: float | None = None,
+        valid_from: float | None = None,
+        expires_at: float | None = None,
+        verified: bool = False,
+        provenance: Provenance | None = None,
+        context: str | None = None,
+    ) -> Memory:
+        """A validated, not yet stored memory (for ``remember_many``)."""
+        _check_scope(scope)
+        if not isinstance(text, str) or not text.strip():
+            raise ConfigurationError("text must be a non-empty string", layer=_LAYER)
+        if key is not None and (not isinstance(key, str) or not key.strip()):
+            raise ConfigurationError("key must be a non-empty string or None", layer=_LAYER)
+        check_choice("kind", kind, KINDS)
+        check_choice("source", source, SOURCES)
+        if confidence is None:
+            confidence = _DEFAULT_CONFIDENCE[source]
+        now = _now_or(self.clock)
+        return Memory(
+            id=uuid.uuid4().hex,
+            scope=scope,
+            text=text.strip(),
+            kind=kind,
+            source=source,
+            key=key.strip() if key is not None else None,
+            data=data,
+            confidence=check_confidence(confidence),
+            created_at=now,
+            updated_at=now,
+            valid_from=valid_from,
+            expires_at=expires_at,
+            last_verified_at=now if verified else None,
+            provenance=provenance or Provenance(),
+            context=context or None,
+        )
+
+    async def remember_many(
+        self, memories: Sequence[Memory], *, actor: str = "api"
+    ) -> list[Memory]:
+        """Store several memories in one transaction (ingestion, distillation)."""
+        await self._prepare()
+        stored = list(memories)
+        with self._errors("remembering"):
+            async with self.engine.begin() as conn:
+                for start in range(0, len(stored), _BATCH):
+                    batch = stored[start : start + _BATCH]
+                    await conn.execute(
+                        insert(self.tables.memories), [self._row_values(m) for m in batch]
+                    )
+                    means = {
+                        scope: await self._mean_length(
+                            conn, scope, [m for m in batch if m.scope == scope]
+                        )
+                        for scope in {m.scope for m in batch}
+                    }
+                    postings = [p for m in batch for p in self._postings(m, means[m.scope])]
+                    if postings:
+                        await conn.execute(insert(self.tables.terms), postings)
+                    await self._log(conn, batch, "remembered", actor)
+                for memory in stored:
+                    if memory.key is not None and memory.source == "explicit":
+                        await self._supersede_key(conn, memory, actor)
+        for scope in {m.scope for m in stored}:
+            self._forget_stats(scope)
+        return stored
+
+    async def _supersede_key(self, conn: AsyncConnection, newer: Memory, actor: str) -> None:
+        assert newer.key is not None
+        m = self.tables.memories
+        rows = (
+            await conn.execute(
+                select(m.c.id).where(
+                    m.c.scope == newer.scope,
+                    m.c.key_digest.in_(self.cipher.key_digests(newer.scope, newer.key)),
+                    m.c.superseded_at.is_(None),
+                    m.c.id != newer.id,
+                    m.c.created_at <= newer.created_at,
+                )
+            )
+        ).scalars()
+        await self._mark_superseded(conn, newer.scope, list(rows), newer.id, actor, "same key")
+
+    async def _mark_superseded(
+        self,
+        conn: AsyncConnection,
+        scope: str,
+        ids: Sequence[str],
+        by: str,
+        actor: str,
+        reason: str,
+    ) -> None:
+        if not ids:
+            return
+        m, t = self.tables.memories, self.tables.terms
+        now = _now_or(self.clock)
+        await conn.execute(
+            update(m)
+            .where(m.c.id.in_(ids))
+            .values(superseded_at=now, superseded_by=by, updated_at=now)
+        )
+        # Superseded memories are kept (non-destructive) but leave the search index.
+        await conn.execute(delete(t).where(t.c.memory_id.in_(ids)))
+        await self._log(
+            conn, [(i, scope) for i in ids], "superseded", actor, superseded_by=by, reason=reason
+        )
+        self._forget_stats(scope)
+
+    async def verify(self, scope: str, memory_id: str, *, actor: str = "api") -> Memory:
+        """Mark a memory as checked now (procedures re-validated, facts confirmed)."""
+        memory = await self._require(scope, memory_id)
+        now = _now_or(self.clock)
+        m = self.tables.memories
+        with self._errors("verifying a memory"):
+            async with self.engine.begin() as conn:
+                await conn.execute(
+                    update(m)
+                    .where(m.c.id == memory_id)
+                    .values(last_verified_at=now, needs_review=False, updated_at=now)
+                )
+                await self._log(conn, [memory], "verified", actor)
+        return memory.evolve(last_verified_at=now, needs_review=False, updated_at=now)
+
+    # -- key–value surface -----------------------------------------------------------------
+    async def write(self, scope: str, key: str, text: str, **options: Any) -> Memory:
+        """Set ``key`` to ``text`` (an explicit memory that supersedes the key's older ones)."""
+        options.setdefault("source", "explicit")
+        return await self.remember(scope, text, key=key, **options)
+
+    async def read(self, scope: str, key: str) -> Memory | None:
+        """The current memory under ``key``: explicit before inferred, then the newest."""
+        m = self.tables.memories
+        found = await self._select(
+            and_(
+                m.c.scope == scope,
+                m.c.key_digest.in_(self.cipher.key_digests(scope, key)),
+            ),
+            live=True,
+        )
+        found = [memory for memory in found if memory.key == key]
+        if not found:
+            return None
+        return min(found, key=lambda x: (x.source != "explicit", -x.created_at, x.id))
+
+    async def keys(self, scope: str) -> list[str]:
+        """Keys with a live memory in ``scope``, sorted."""
+        m = self.tables.memories
+        found = await self._select(and_(m.c.scope == scope, m.c.key_digest.is_not(None)), live=True)
+        return sorted({memory.key for memory in found if memory.key is not None})
+
+    async def delete(self, scope: str, key: str, *, actor: str = "api") -> int:
+        """Forget every memory under ``key`` (current and superseded)."""
+        return await self.forget(scope, key=key, actor=actor)
+
+    # -- reading ---------------------------------------------------------------------------
+    async def _select(self, where: Any, *, live: bool, newest: int | None = None) -> list[Memory]:
+        """Matching memories oldest first; with ``newest``, only that many most recent ones."""
+        await self._prepare()
+        m = self.tables.memories
+        query = select(m).where(where)
+        if newest is not None:
+            query = query.order_by(m.c.updated_at.desc(), m.c.id).limit(newest)
+        if live:
+            now = _now_or(self.clock)
+            query = query.where(
+                m.c.superseded_at.is_(None), or_(m.c.expires_at.is_(None), m.c.expires_at > now)
+            )
+        with self._errors("reading memories"):
+            async with self.engine.connect() as conn:
+                if newest is None:
+                    query = query.order_by(m.c.created_at, m.c.id)
+                rows = (await conn.execute(query)).all()
+        return [self._to_memory(row) for row in rows]
+
+    async def get(self, scope: str, memory_id: str) -> Memory | None:
+        m = self.tables.memories
+        found = await self._select(and_(m.c.scope == scope, m.c.id == memory_id), live=False)
+        return found[0] if found else None
+
+    async def _require(self, scope: str, memory_id: str) -> Memory:
+        memory = await self.get(scope, memory_id)
+        if memory is None:
+            raise ConfigurationError(f"no memory {memory_id!r} in scope {scope!r}", layer=_LAYER)
+        return memory
+
+    async def list_memories(
+        self, scope: str, *, kind: str | None = None, include_inactive: bool = False
+    ) -> list[Memory]:
+        """Memories of ``scope``, oldest first; superseded and expired ones only on request."""
+        m = self.tables.memories
+        where = m.c.scope == scope
+        if kind is not None:
+            where = and_(where, m.c.kind == check_choice("kind", kind, KINDS))
+        return await self._select(where, live=not include_inactive)
+
+    async def scopes(self) -> list[str]:
+        await self._prepare()
+        m = self.tables.memories
+        with self._errors("listing scopes"):
+            async with self.engine.connect() as conn:
+                rows = await conn.execute(select(m.c.scope).distinct().order_by(m.c.scope))
+                return [row[0] for row in rows]
+
+    async def history(self, memory_id: str) -> list[Event]:
+        """Every change to ``memory_id``, oldest first: action, actor, time; never text."""
+        await self._prepare()
+        e = self.tables.events
+        with self._errors("reading the audit trail"):
+            async with self.engine.connect() as conn:
+                rows = (
+                    await conn.execute(select(e).where(e.c.memory_id == memory_id).order_by(e.c.id))
+                ).all()
+        return [
+            Event(row.memory_id, row.scope, row.action, row.actor, row.at, json.loads(row.detail))
+            for row in rows
+        ]
+
+    # -- search ----------------------------------------------------------------------------
+    def _forget_stats(self, scope: str) -> None:
+        """Drop cached statistics of ``scope`` after this process changed it."""
+        self._stats.pop(scope, None)
+        self._df.pop(scope, None)
+
+    async def _scope_stats(self, conn: AsyncConnection, scope: str) -> tuple[int, float]:
+        now = time.monotonic()
+        cached = self._stats.get(scope)
+        if cached is not None and now - cached[2] < _STATS_SECONDS:
+            return cached[0], cached[1]
+        m = self.tables.memories
+        count, total = (
+            await conn.execute(
+                select(func.count(), func.sum(m.c.length)).where(
+                    m.c.scope == scope, m.c.superseded_at.is_(None)
+                )
+            )
+        ).one()
+        stats = (int(count or 0), float(total or 0) / max(1, int(count or 0)) or 1.0, now)
+        self._stats[scope] = stats
+        return stats[0], stats[1]
+
+    async def search(
+        self, scope: str, query: str, *, limit: int = 10, kinds: Sequence[str] | None = None
+    ) -> list[tuple[Memory, float]]:
+        """Live memories matching ``query``, best first, with their fused scores."""
+        _check_scope(scope)
+        await self._prepare()
+        query_terms = term_counts(query) if isinstance(query, str) else {}
+        if not query_terms:
+            return []
+        now = _now_or(self.clock)
+        with self._errors("searching memories"):
+            async with self.engine.connect() as conn:
+                rows = await self._bm25(conn, scope, query_terms, limit, now)
+        if not rows:
+            return []
+        wanted = set(kinds) if kinds else None
+        best = max(float(row.total) for row in rows)
+        fused = []
+        for row in rows:
+            memory = self._to_memory(row)
+            if wanted is None or memory.kind in wanted:
+                score = float(row.total) / best * precedence(memory, now=now)
+                fused.append((memory, score))
+        fused.sort(key=lambda pair: (-pair[1], -pair[0].created_at, pair[0].id))
+        return fused[:limit]
+
+    async def _document_frequencies(
+        self, conn: AsyncConnection, scope: str, digests: Sequence[int]
+    ) -> dict[int, int]:
+        """Each digest's document frequency (capped at ``_DF_CAP``), cached like the stats."""
+        now = time.monotonic()
+        known: dict[int, int] = {}
+        missing = []
+        if len(self._df) > _DF_CACHE_SCOPES:
+            self._df.clear()
+        cache = self._df.setdefault(scope, {})
+        for digest in digests:
+            cached = cache.get(digest)
+            if cached is not None and now - cached[1] < _STATS_SECONDS:
+                if cached[0]:
+                    known[digest] = cached[0]
+            else:
+                missing.append(digest)
+        if missing:
+            params: dict[str, Any] = {"scope": scope, "cap": _DF_CAP}
+            params.update({f"t{i}": digest for i, digest in enumerate(missing)})
+            sql = text(self.queries.frequencies(len(missing)))
+            found = {int(term): int(df) for term, df in await conn.execute(sql, params) if df}
+            for digest in missing:
+                cache[digest] = (found.get(digest, 0), now)
+            known.update(found)
+        return known
+
+    async def _bm25(
+        self,
+        conn: AsyncConnection,
+        scope: str,
+        query_terms: Mapping[str, int],
+        limit: int,
+        now: float,
+    ) -> Sequence[Row[Any]]:
+        """The live rows of the best ``limit`` memories by BM25, with their ``total`` score.
+
+        Each term contributes at most ``_POSTINGS_PER_TERM`` postings, read in impact
+        order from an index, so a common word costs a bounded index range, not a scan;
+        its document frequency is counted up to ``_DF_CAP`` only, where its weight is
+        already small. Sums, ranking and the join to the rows run in the database
+        (``memstack.memory.queries``): one round trip once frequencies are cached.
+        """
+        n_docs, _ = await self._scope_stats(conn, scope)
+        if n_docs == 0:
+            return []
+        digests: dict[int, str] = {}
+        for term in query_terms:
+            for digest in self.cipher.term_digests(scope, term):
+                digests[digest] = term
+        df_by_digest = await self._document_frequencies(conn, scope, list(digests))
+        if not df_by_digest:
+            return []
+        df_by_term: dict[str, int] = defaultdict(int)
+        for digest, df in df_by_digest.items():
+            df_by_term[digests[digest]] += df
+        params: dict[str, Any] = {
+            "scope": scope,
+            "per_term": _POSTINGS_PER_TERM,
+            "limit": limit,
+            "now": now,
+        }
+        for i, digest in enumerate(df_by_digest):
+            term = digests[digest]
+            params[f"t{i}"] = digest
+            params[f"w{i}"] = (
+                self.bm25.idf(min(df_by_term[term], n_docs), n_docs) * query_terms[term]
+            )
+        sql = text(self.queries.ranked(len(df_by_digest)))
+        return (await conn.execute(sql, params)).all()
+
+    async def recall(
+        self,
+        scope: str,
+        query: str,
+        *,
+        max_tokens: int = 500,
+        kinds: Sequence[str] | None = None,
+        header: str | None = None,
+        profile: bool = False,
+    ) -> Recall:
+        """Memories relevant to ``query`` whose rendered block fits ``max_tokens``.
+
+        With ``profile=True`` the budget left over is filled with the scope's standing
+        preferences and facts (explicit first), so a turn with no matching words still
+        sees who the user is.
+        """
+        if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
+            raise ConfigurationError(
+                f"max_tokens must be an int >= 1, not {max_tokens!r}", layer=_LAYER
+            )
+        # Enough candidates to fill the budget with short memories, and no more to decode.
+        limit = min(_CANDIDATES, max(20, max_tokens // 20))
+        ranked = [m for m, _ in await self.search(scope, query, limit=limit, kinds=kinds)]
+        if profile:
+            ranked += await self._profile(scope, exclude={m.id for m in ranked})
+        packed = self._pack(ranked, max_tokens, header)
+        return Recall(packed.memories, packed.text, packed.tokens)
+
+    async def _profile(self, scope: str, *, exclude: set[str]) -> list[Memory]:
+        m = self.tables.memories
+        # The most recently updated standing memories; a scope of thousands stays cheap.
+        standing = await self._select(
+            and_(m.c.scope == scope, m.c.kind.in_(("preference", "fact"))),
+            live=True,
+            newest=2 * _PROFILE,
+        )
+        now = _now_or(self.clock)
+        standing = [memory for memory in standing if memory.id not in exclude]
+        standing.sort(key=lambda x: (-precedence(x, now=now), x.id))
+        return standing[:_PROFILE]
+
+    def _count_tokens(self, text: str) -> int:
+        # Memories are recalled again and again; counting each text once pays off.
+        cached = self._token_cache.get(text)
+        if cached is None:
+            if self._count is None:
+                from memstack.tokens import TokenCounter
+
+                self._count = TokenCounter().count_text
+            if len(self._token_cache) >= _TOKEN_CACHE:
+                self._token_cache.clear()
+            cached = self._token_cache[text] = self._count(text)
+        return cached
+
+    def _pack(self, ranked: Sequence[Memory], max_tokens: int, header: str | None) -> Packed:
+        if header is None:
+            return pack(ranked, max_tokens=max_tokens, count=self._count_tokens)
+        return pack(ranked, max_tokens=max_tokens, count=self._count_tokens, header=header)
+
+    # -- forgetting ------------------------------------------------------------------------
+    async def forget(
+        self,
+        scope: str,
+        memory_id: str | None = None,
+        *,
+        key: str | None = None,
+        actor: str = "api",
+    ) -> int:
+        """Delete one memory, every memory under a key, or (neither given) the whole scope.
+
+        Deleted rows leave no text behind: SQLite overwrites freed pages
+        (``secure_delete``) and PostgreSQL is vacuumed after a whole-scope forget. The
+        audit trail records each deletion without the text. Returns how many were deleted.
+        """
+        _check_scope(scope)
+        if memory_id is not None and key is not None:
+            raise ConfigurationError("give memory_id or key, not both", layer=_LAYER)
+        await self._prepare()
+        m, t = self.tables.memories, self.tables.terms
+        where = m.c.scope == scope
+        if memory_id is not None:
+            where = and_(where, m.c.id == memory_id)
+        elif key is not None:
+            where = and_(where, m.c.key_digest.in_(self.cipher.key_digests(scope, key)))
+        with self._errors("forgetting memories"):
+            async with self.engine.begin() as conn:
+                ids = list((await conn.execute(select(m.c.id).where(where))).scalars())
+                for start in range(0, len(ids), _BATCH):
+                    batch = ids[start : start + _BATCH]
+                    await conn.execute(
+                        delete(t).where(t.c.scope == scope, t.c.memory_id.in_(batch))
+                    )
+                    await conn.execute(delete(m).where(m.c.id.in_(batch)))
+                whole = memory_id is None and key is None
+                await self._log(
+                    conn,
+                    [(i, scope) for i in ids],
+                    "forgotten",
+                    actor,
+                    **({"whole_scope": True} if whole else {}),
+                )
+            if ids and memory_id is None and key is None:
+                await self.scrub()
+        self._forget_stats(scope)
+        return len(ids)
+
+    async def erase(self, scope: str, *, actor: str = "governance") -> int:
+        """Forget the whole scope and its audit events: nothing of it stays (forget a user).
+
+        ``forget(scope)`` keeps an event per deleted memory, which names the scope; a user
+        erased everywhere (``memstack forget --user``) must not stay named even there. The
+        fact of the erasure is kept by the caller's trail (``memstack.audit``), under a
+        pseudonym. Returns how many memories were deleted.
+        """
+        count = await self.forget(scope, actor=actor)
+        events = self.tables.events
+        with self._errors("erasing the scope's memory events"):
+            async with self.engine.begin() as conn:
+                await conn.execute(delete(events).where(events.c.scope == scope))
+            if self.engine.dialect.name == "postgresql":  # dead tuples keep the scope's bytes
+                async with self.engine.connect() as conn:
+                    auto = await conn.execution_options(isolation_level="AUTOCOMMIT")
+                    await auto.execute(text(f"VACUUM FULL {events.name}"))
+        return count
+
+    async def scrub(self) -> None:
+        """Make deleted rows' bytes unrecoverable where the database keeps them around.
+
+        PostgreSQL's plain VACUUM frees dead tuples without zeroing them, so the memories
+        table (the only one holding text) is rewritten with VACUUM FULL; the index table
+        holds digests only and gets a plain VACUUM. A rewrite must keep rows that a
+        still-running transaction may see, so under long transactions call this again
+        later (a whole-scope ``forget`` calls it once). SQLite needs nothing here: it
+        runs with ``secure_delete``.
+        """
+        if self.engine.dialect.name == "postgresql":
+            async with self.engine.connect() as conn:
+                auto = await conn.execution_options(isolation_level="AUTOCOMMIT")
+                await auto.execute(text(f"VACUUM FULL {self.tables.memories.name}"))
+                await auto.execute(text(f"VACUUM {self.tables.terms.name}"))
+
+    async def purge_expired(self, scope: str, *, actor: str = "expiry") -> int:
+        """Hard-delete memories whose expiry has passed (the other way rows leave)."""
+        await self._prepare()
+        m, t = self.tables.memories, self.tables.terms
+        now = _now_or(self.clock)
+        with self._errors("purging expired memories"):
+            async with self.engine.begin() as conn:
+                ids = list(
+                    (
+                        await conn.execute(
+                            select(m.c.id).where(m.c.scope == scope, m.c.expires_at <= now)
+                        )
+                    ).scalars()
+                )
+                if ids:
+                    await conn.execute(delete(t).where(t.c.memory_id.in_(ids)))
+                    await conn.execute(delete(m).where(m.c.id.in_(ids)))
+                    await self._log(conn, [(i, scope) for i in ids], "expired", actor)
+        self._forget_stats(scope)
+        return len(ids)
+
+    # -- consolidation ---------------------------------------------------------------------
+    async def consolidate(
+        self,
+        scope: str,
+        *,
+        dry_run: bool = False,
+        policy: ConsolidationPolicy | None = None,
+        actor: str = "consolidation",
+    ) -> list[Change]:
+        """Plan (and unless ``dry_run``, apply) merges, supersessions, expiries and flags.
+
+        Nothing is deleted: merged and superseded memories keep their rows with
+        ``superseded_by``; low-value ones get an expiry; stale procedures a review flag.
+        """
+        memories = await self.list_memories(scope)
+        changes = plan_consolidation(
+            memories, now=_now_or(self.clock), policy=policy or ConsolidationPolicy()
+        )
+        if dry_run or not changes:
+            return changes
+        m = self.tables.memories
+        now = _now_or(self.clock)
+        with self._errors("consolidating memories"):
+            async with self.engine.begin() as conn:
+                for change in changes:
+                    if change.action in ("merge", "supersede"):
+                        assert change.by is not None
+                        await self._mark_superseded(
+                            conn, scope, [change.memory_id], change.by, actor, change.reason
+                        )
+                    elif change.action == "expire":
+                        await conn.execute(
+                            update(m).where(m.c.id == change.memory_id).values(expires_at=now)
+                        )
+                        await self._log(
+                            conn,
+                            [(change.memory_id, scope)],
+                            "expired",
+                            actor,
+                            reason=change.reason,
+                        )
+                    elif change.action == "flag":
+                        await conn.execute(
+                            update(m).where(m.c.id == change.memory_id).values(needs_review=True)
+                        )
+                        await self._log(
+                            conn,
+                            [(change.memory_id, scope)],
+                            "flagged",
+                            actor,
+                            reason=change.reason,
+                        )
+        self._forget_stats(scope)
+        return changes
+
+    # -- keys ------------------------------------------------------------------------------
+    async def rotate(self, scope: str | None = None, *, actor: str = "rotation") -> int:
+        """Re-seal and re-index memories written under older keys with the active key."""
+        if not self.cipher.encrypted:
+            raise ConfigurationError("rotate needs a store opened with a key", layer=_LAYER)
+        await self._prepare()
+        m, t = self.tables.memories, self.tables.terms
+        where = m.c.kid != self.cipher.active_kid
+        if scope is not None:
+            where = and_(where, m.c.scope == scope)
+        rotated = 0
+        with self._errors("rotating memory keys"):
+            async with self.engine.begin() as conn:
+                rows = (await conn.execute(select(m).where(where))).all()
+                for row in rows:
+                    memory = self._to_memory(row)
+                    values = self._row_values(memory)
+                    await conn.execute(
+                        update(m)
+                        .where(m.c.id == memory.id)
+                        .values(
+                            kid=values["kid"],
+                            payload=values["payload"],
+                            key_digest=values["key_digest"],
+                        )
+                    )
+                    await conn.execute(delete(t).where(t.c.memory_id == memory.id))
+                    if memory.superseded_at is None:
+                        mean = await self._mean_length(conn, memory.scope, [memory])
+                        await conn.execute(insert(t), self._postings(memory, mean))
+                    rotated += 1
+                await self._log(conn, [(r.id, r.scope) for r in rows], "rotated", actor)
+        return rotated
+
+
+def _weighted_terms(memory: Memory) -> dict[str, int]:
+    """The memory's own words count three times; its context's words once."""
+    counts = {term: _OWN_WEIGHT * tf for term, tf in term_counts(memory.text).items()}
+    for term, tf in term_counts(memory.context or "").items():
+        counts[term] = counts.get(term, 0) + tf
+    return counts
+
+
+def _sqlite_secure_delete(dbapi_connection: Any, _record: Any) -> None:
+    cursor = dbapi_connection.cursor()
+    cursor.execute("PRAGMA secure_delete = ON")
+    cursor.close()
+
+
+def _check_scope(scope: object) -> None:
+    if not isinstance(scope, str) or not scope or len(scope) > 255:
+        raise ConfigurationError(
+            f"scope must be a non-empty string of at most 255 characters, not {scope!r}",
+            layer=_LAYER,
+        )

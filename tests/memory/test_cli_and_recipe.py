@@ -1,0 +1,155 @@
+"""``memstack memory …`` on a recipe's ``[memory]`` table, and the shipped assistant recipe."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from memstack.bench.transcripts import DATA_DIR
+from memstack.crypto import generate_key
+from memstack.errors import RecipeError
+from memstack.layers.memory import MemorySession
+from memstack.memory import MemoryStore
+from memstack.recipes import load_recipe
+
+KEY = generate_key()
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def memstack(*args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "MEMORY_KEY": KEY}
+    return subprocess.run(
+        [sys.executable, "-m", "memstack", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+
+
+@pytest.fixture
+def recipe(tmp_path: Path) -> Path:
+    path = tmp_path / "assistant.toml"
+    path.write_text(f"""
+[backend]
+url = "sqlite:///{tmp_path / "chat.db"}"
+
+[memory]
+url = "sqlite:///{tmp_path / "memory.db"}"
+key = {{ env = "MEMORY_KEY" }}
+
+[[layers]]
+layer = "memory"
+max_tokens = 300
+""")
+    return path
+
+
+def test_memory_commands_round_trip(
+    recipe: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("MEMORY_KEY", KEY)
+
+    async def seed() -> str:
+        store = load_recipe(recipe).open_memory()
+        try:
+            await store.remember("ana", "Prefers window seats on flights", kind="preference")
+            await store.remember("ana", "prefers window seats on flights!", kind="preference")
+            memory = await store.remember("ana", "Has a cat called Miso", kind="fact")
+            return memory.id
+        finally:
+            await store.close()
+
+    cat_id = asyncio.run(seed())
+    listed = memstack("memory", "list", str(recipe), "--scope", "ana")
+    assert listed.returncode == 0, listed.stderr
+    assert listed.stdout.count("\n") == 3 and "Miso" in listed.stdout
+
+    found = memstack("memory", "search", str(recipe), "--scope", "ana", "flight seat")
+    assert "window seats" in found.stdout and "Miso" not in found.stdout
+
+    shown = memstack("memory", "show", str(recipe), "--scope", "ana", cat_id)
+    assert json.loads(shown.stdout.split("history:")[0])["text"] == "Has a cat called Miso"
+    assert "remembered" in shown.stdout
+
+    dry = memstack("memory", "consolidate", str(recipe), "--scope", "ana", "--dry-run")
+    assert dry.stdout.startswith("merge") and "would change 1" in dry.stderr
+    assert memstack("memory", "consolidate", str(recipe), "--scope", "ana").returncode == 0
+    listed = memstack("memory", "list", str(recipe), "--scope", "ana", "--all")
+    assert listed.stdout.count("\n") == 3  # merged, not deleted
+
+    out = tmp_path / "export.jsonl"
+    memstack("memory", "export", str(recipe), "--scope", "ana", "-o", str(out))
+    assert len(out.read_text().splitlines()) == 3
+
+    refused = memstack("memory", "forget", str(recipe), "--scope", "ana")
+    assert refused.returncode == 2 and "--all" in refused.stderr
+    forgot = memstack("memory", "forget", str(recipe), "--scope", "ana", "--all")
+    assert forgot.stdout.strip() == "forgot 3 memories of scope 'ana'"
+    assert b"Miso" not in (tmp_path / "memory.db").read_bytes()  # encrypted, then erased
+
+
+def test_bench_memory_writes_summary(tmp_path: Path) -> None:
+    locomo = tmp_path / "tiny.jsonl"
+    data_file = DATA_DIR / "locomo_dev.jsonl"
+    if not data_file.exists():
+        pytest.skip(f"LoCoMo data not found at {data_file} (set MEMSTACK_DATA)")
+    source = data_file.read_text().splitlines()[0]
+    data = json.loads(source)
+    data["sessions"] = data["sessions"][:3]
+    turns = {t["dia_id"] for s in data["sessions"] for t in s["turns"]}
+    data["qa"] = [q for q in data["qa"] if set(q.get("evidence", [])) <= turns][:10]
+    locomo.write_text(json.dumps(data) + "\n")
+    result = memstack("bench", "memory", str(locomo), "--tokens", "300", "--out", str(tmp_path))
+    assert result.returncode == 0, result.stderr
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    rows = {row["strategy"]: row for row in summary["strategies"]}
+    assert set(rows) == {
+        "full context",
+        "recent 300 tokens",
+        "naive BM25 (300 tok)",
+        "memstack recall (300 tok)",
+    }
+    for row in rows.values():
+        assert row["questions"] == len(data["qa"])
+        assert 0 <= row["evidence_recall"] <= 1
+    assert rows["full context"]["evidence_recall"] == 1.0
+    assert rows["memstack recall (300 tok)"]["mean_tokens"] <= 300
+    assert (tmp_path / "table.txt").exists()
+
+
+def test_shipped_personal_assistant_recipe(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ASSISTANT_KEY", KEY)
+    recipe = load_recipe(ROOT / "recipes" / "personal-assistant.toml", memory={"scope": "u1"})
+    recipe.validate()
+    assert recipe.describe().endswith("memory(max_tokens=600, scope='u1')")
+    assert isinstance(recipe.open_memory(), MemoryStore)
+
+
+def test_memory_layer_without_memory_table_is_a_recipe_error() -> None:
+    recipe = load_recipe({"backend": {"url": "sqlite://:memory:"}, "layers": [{"layer": "memory"}]})
+    with pytest.raises(RecipeError, match=r"no \[memory\] table"):
+        recipe.validate()
+
+
+def test_memory_table_refuses_inline_keys() -> None:
+    with pytest.raises(RecipeError, match="inline secrets are refused"):
+        load_recipe({"backend": {"url": "sqlite://:memory:"}, "memory": {"url": "x", "key": "k"}})
+
+
+def test_recipe_builds_a_memory_session() -> None:
+    recipe = load_recipe(
+        {
+            "backend": {"url": "sqlite://:memory:"},
+            "memory": {"url": "sqlite://:memory:"},
+            "layers": [{"layer": "memory", "scope": "ana"}],
+        }
+    )
+    session = recipe.build("chat")
+    assert isinstance(session, MemorySession) and session.scope == "ana"

@@ -1,0 +1,140 @@
+"""Distillation: rule-based offline, LLM against the fake OpenAI server, debounced runs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from agents import Agent, RunConfig, Runner
+from agents.memory import SQLiteSession
+
+from memstack.errors import DistillationError
+from memstack.memory import MemoryStore
+from memstack.memory.distill import (
+    PROMPT_VERSION,
+    DistillationHooks,
+    Distiller,
+    LLMExtractor,
+    RuleExtractor,
+)
+from memstack.testing import FakeClock, InMemorySession, ScriptedModel
+
+from ..fake_openai_server import CHAT, FakeOpenAI, Garbage, Status, Text
+
+
+def test_rule_extractor_finds_names_preferences_requests_and_corrections() -> None:
+    items = [
+        {"role": "user", "content": "Hi, my name is Ana. I live in Porto and I love hiking."},
+        {"role": "assistant", "content": "I prefer cats."},  # the assistant's words: ignored
+        {"role": "user", "content": "Please remember that my flight is on Friday."},
+        {"role": "user", "content": "No, the meeting is at 10, not 9."},
+        {"role": "user", "content": "What's the weather?"},
+    ]
+    found = RuleExtractor().extract_sync(items)
+    assert [(c.text, c.kind, c.source, c.key, c.item) for c in found] == [
+        ("The user's name is Ana", "fact", "explicit", "name", 0),
+        ("The user lives in Porto", "fact", "explicit", "home", 0),
+        ("The user loves hiking", "preference", "explicit", None, 0),
+        ("my flight is on Friday", "note", "explicit", None, 2),
+        ("Correction from the user: the meeting is at 10, not 9", "note", "feedback", None, 3),
+    ]
+
+
+async def test_llm_extractor_with_structured_output() -> None:
+    answer = {
+        "memories": [
+            {
+                "text": "The user is training for a marathon",
+                "kind": "fact",
+                "source": "explicit",
+                "key": "training",
+                "confidence": 0.9,
+                "item": 0,
+            },
+            {
+                "text": "The user may like running shoes",
+                "kind": "preference",
+                "source": "inferred",
+                "key": None,
+                "confidence": 0.4,
+                "item": 7,  # out of range: provenance dropped, memory kept
+            },
+        ]
+    }
+    with FakeOpenAI() as server:
+        server.chat.append(Text(json.dumps(answer)))
+        extractor = LLMExtractor(model="gpt-test", client=server.client())
+        found = await extractor.extract(
+            [{"role": "user", "content": "I'm training for a marathon"}]
+        )
+        [body] = server.bodies(CHAT)
+    assert [(c.text, c.source, c.item) for c in found] == [
+        ("The user is training for a marathon", "explicit", 0),
+        ("The user may like running shoes", "inferred", None),
+    ]
+    assert body["response_format"]["type"] == "json_schema"
+    assert PROMPT_VERSION in body["messages"][0]["content"]
+    assert "[0] user: I'm training for a marathon" in body["messages"][1]["content"]
+
+
+@pytest.mark.parametrize(
+    "behaviour",
+    [Text("not json at all"), Text('{"memories": [{"text": "x"}]}'), Status(500), Garbage()],
+    ids=["prose", "missing-fields", "http-500", "garbage"],
+)
+async def test_failed_or_unparsable_extraction_stores_nothing_and_says_so(
+    behaviour: object, tmp_path: Path
+) -> None:
+    store = MemoryStore.from_url(f"sqlite:///{tmp_path / 'm.db'}")
+    session = InMemorySession("chat")
+    await session.add_items([{"role": "user", "content": "I love tea"}])
+    with FakeOpenAI() as server:
+        server.chat.append(behaviour)  # type: ignore[arg-type]
+        extractor = LLMExtractor(model="gpt-test", client=server.client(max_retries=0))
+        with pytest.raises(DistillationError):
+            await extractor.extract(await session.get_items())
+        server.chat.append(behaviour)  # type: ignore[arg-type]
+        report = await Distiller(store, "ana", extractor).after_run(session)
+    assert report.error is not None and report.stored == ()
+    assert await store.list_memories("ana") == []
+    await store.close()
+
+
+async def test_distiller_is_debounced_and_reads_only_new_items() -> None:
+    store = MemoryStore.from_url("sqlite://:memory:")
+    clock = FakeClock(0.0)
+    distiller = Distiller(store, "ana", debounce_seconds=30, clock=clock)
+    session = InMemorySession("chat")
+    await session.add_items([{"role": "user", "content": "My name is Ana."}])
+    first = await distiller.after_run(session)
+    assert len(first.stored) == 1
+    await session.add_items([{"role": "user", "content": "I live in Porto."}])
+    assert (await distiller.after_run(session)).skipped == "debounced"
+    clock.tick(31)
+    second = await distiller.after_run(session)
+    assert second.items == 1 and len(second.stored) == 1
+    assert [m.text for m in await store.list_memories("ana")] == [
+        "The user's name is Ana",
+        "The user lives in Porto",
+    ]
+    [porto] = (await store.list_memories("ana"))[1:]
+    assert porto.provenance.session_id == "chat" and porto.provenance.item == "1"
+    await store.close()
+
+
+async def test_distillation_hooks_after_a_runner_run(tmp_path: Path) -> None:
+    store = MemoryStore.from_url(f"sqlite:///{tmp_path / 'm.db'}")
+    session = SQLiteSession("chat", str(tmp_path / "chat.db"))
+    hooks = DistillationHooks(Distiller(store, "ana", debounce_seconds=0), session)
+    agent = Agent(name="a", model=ScriptedModel(["Nice to meet you, Ana!"]))
+    await Runner.run(
+        agent,
+        "Hello, my name is Ana",
+        session=session,
+        hooks=hooks,
+        run_config=RunConfig(tracing_disabled=True),
+    )
+    assert [m.text for m in await store.list_memories("ana")] == ["The user's name is Ana"]
+    assert hooks.reports[0].error is None
+    await store.close()
