@@ -3,8 +3,8 @@
     >>> import asyncio
     >>> from memstack.governance.erasers import ErasureRequest, LongTermMemoryEraser
     >>> from memstack.governance.users import UserSessions
-    >>> async def forget(scope):  # stands for MemoryStore.forget
-    ...     return 3 if scope == "user:ann" else 0
+    >>> async def forget(scope):  # stands for MemoryStore.erase
+    ...     return 3 if scope == "ann" else 0  # a user's memories live under their id
     >>> eraser = LongTermMemoryEraser(forget)
     >>> asyncio.run(eraser.erase(ErasureRequest("ann", UserSessions(), None)))
     {'memories': 3}
