@@ -78,16 +78,9 @@ class RedisWholeStore(WholeStore):
 
     async def delete_sessions(self, session_ids: Collection[str]) -> int:
         ids = sorted(set(session_ids))
-        if not ids:
-            return 0
-        with store_errors(self.session, doing=f"{self.where} failed"):
-            pipe = self.client.pipeline(transaction=True)
-            for session_id in ids:
-                pipe.llen(self._keys_of(session_id)[1])
-            for session_id in ids:
-                pipe.delete(*self._keys_of(session_id))
-            replies = await pipe.execute()
-        return sum(int(count) for count in replies[: len(ids)])
+        counted = [("llen", self._keys_of(session_id)[1]) for session_id in ids]
+        doomed = [key for session_id in ids for key in self._keys_of(session_id)]
+        return await self._count_and_delete(counted, doomed)
 
     async def vault_put(self, session_id: str, sealed: Mapping[str, str]) -> None:
         if sealed:
@@ -118,16 +111,21 @@ class RedisWholeStore(WholeStore):
         return {key[len(head) :]: int(n) for key, n in zip(keys, counts, strict=True)}
 
     async def vault_delete(self, session_ids: Collection[str]) -> int:
-        ids = sorted(set(session_ids))
-        if not ids:
+        keys = [self._vault_key(session_id) for session_id in sorted(set(session_ids))]
+        return await self._count_and_delete([("hlen", key) for key in keys], keys)
+
+    async def _count_and_delete(self, counted: list[tuple[str, str]], doomed: list[str]) -> int:
+        """Sum of the counts (``llen``/``hlen``) of ``counted``, then ``doomed`` deleted, in
+        one MULTI: the count is of exactly what went."""
+        if not doomed:
             return 0
         with store_errors(self.session, doing=f"{self.where} failed"):
             pipe = self.client.pipeline(transaction=True)
-            for session_id in ids:
-                pipe.hlen(self._vault_key(session_id))
-            pipe.delete(*(self._vault_key(session_id) for session_id in ids))
+            for command, key in counted:
+                getattr(pipe, command)(key)
+            pipe.delete(*doomed)
             replies = await pipe.execute()
-        return sum(int(n) for n in replies[: len(ids)])
+        return sum(int(count) for count in replies[: len(counted)])
 
     async def user_salt(self, user_ref: str, new_salt: str) -> str:
         key = f"{self.own}user_keys"

@@ -92,15 +92,18 @@ def _list_sessions(t: Tables) -> Plan:
     return infos
 
 
-def _delete_sessions(t: Tables, ids: list[str]) -> Plan:
-    sessions, messages = t.sessions, t.messages
+def _delete_counted(
+    table: str, column: str, values: list[str], *, also: tuple[str, ...] = ()
+) -> Plan:
+    """Delete the rows of ``table`` (and ``also``) whose ``column`` is one of ``values``;
+    return how many rows of ``table`` went. Chunked, all in the caller's transaction."""
     total = 0
-    for chunk in chunks(ids):
-        where, params = _in("session_id", chunk)
-        rows = yield Query(f"SELECT COUNT(*) FROM {messages} WHERE {where}", params)
+    for chunk in chunks(values):
+        where, params = _in(column, chunk)
+        rows = yield Query(f"SELECT COUNT(*) FROM {table} WHERE {where}", params)
         total += int(rows[0][0])
-        yield Query(f"DELETE FROM {messages} WHERE {where}", params)
-        yield Query(f"DELETE FROM {sessions} WHERE {where}", params)
+        for target in (table, *also):
+            yield Query(f"DELETE FROM {target} WHERE {where}", params)
     return total
 
 
@@ -135,16 +138,6 @@ def _vault_sessions(t: Tables) -> Plan:
     return {row[0]: int(row[1]) for row in rows}
 
 
-def _vault_delete(t: Tables, ids: list[str]) -> Plan:
-    total = 0
-    for chunk in chunks(ids):
-        where, params = _in("session_id", chunk)
-        rows = yield Query(f"SELECT COUNT(*) FROM {t.vault} WHERE {where}", params)
-        total += int(rows[0][0])
-        yield Query(f"DELETE FROM {t.vault} WHERE {where}", params)
-    return total
-
-
 def _user_salt(t: Tables, ref: str, new_salt: str) -> Plan:
     rows = yield Query(f"SELECT salt FROM {t.user_keys} WHERE user_ref = :ref", {"ref": ref})
     if rows:
@@ -154,16 +147,6 @@ def _user_salt(t: Tables, ref: str, new_salt: str) -> Plan:
         {"ref": ref, "salt": new_salt},
     )
     return new_salt
-
-
-def _user_salt_delete(t: Tables, refs: list[str]) -> Plan:
-    total = 0
-    for chunk in chunks(refs):
-        where, params = _in("user_ref", chunk)
-        rows = yield Query(f"SELECT COUNT(*) FROM {t.user_keys} WHERE {where}", params)
-        total += int(rows[0][0])
-        yield Query(f"DELETE FROM {t.user_keys} WHERE {where}", params)
-    return total
 
 
 def _audit_append(t: Tables, row: AuditRow) -> Plan:
@@ -217,7 +200,13 @@ class SqlWholeStore(WholeStore):
         ids = sorted(set(session_ids))
         if not ids:
             return 0
-        return int(await self.run(lambda: _delete_sessions(self.tables, ids)))
+        return int(
+            await self.run(
+                lambda: _delete_counted(
+                    self.tables.messages, "session_id", ids, also=(self.tables.sessions,)
+                )
+            )
+        )
 
     async def vault_put(self, session_id: str, sealed: Mapping[str, str]) -> None:
         if sealed:
@@ -237,14 +226,22 @@ class SqlWholeStore(WholeStore):
 
     async def vault_delete(self, session_ids: Collection[str]) -> int:
         ids = sorted(set(session_ids))
-        return int(await self.side(lambda: _vault_delete(self.tables, ids))) if ids else 0
+        return (
+            int(await self.side(lambda: _delete_counted(self.tables.vault, "session_id", ids)))
+            if ids
+            else 0
+        )
 
     async def user_salt(self, user_ref: str, new_salt: str) -> str:
         return str(await self.side(lambda: _user_salt(self.tables, user_ref, new_salt)))
 
     async def user_salt_delete(self, user_refs: Collection[str]) -> int:
         refs = sorted(set(user_refs))
-        return int(await self.side(lambda: _user_salt_delete(self.tables, refs))) if refs else 0
+        return (
+            int(await self.side(lambda: _delete_counted(self.tables.user_keys, "user_ref", refs)))
+            if refs
+            else 0
+        )
 
     async def audit_append(self, row: AuditRow) -> None:
         await self.side(lambda: _audit_append(self.tables, row))
