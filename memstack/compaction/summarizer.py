@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
 from memstack.compaction.render import render_prompt
 from memstack.errors import ConfigurationError, SummarizerError
+from memstack.model_client import chat_client
 
 if TYPE_CHECKING:
     from agents.model_settings import ModelSettings
@@ -70,24 +71,20 @@ class OpenAIChatSummarizer:
         max_retries: int = 2,
     ) -> None:
         name = type(self).__name__
-        if not isinstance(model, str) or not model:
-            raise ConfigurationError("model must be a non-empty model name", layer=name)
         if token_param not in ("max_tokens", "max_completion_tokens"):
             raise ConfigurationError(
                 "token_param must be 'max_tokens' or 'max_completion_tokens' (OpenAI "
                 f"reasoning models), got {token_param!r}",
                 layer=name,
             )
-        if client is not None and (base_url is not None or api_key is not None):
-            raise ConfigurationError("pass client or base_url/api_key, not both", layer=name)
-        if client is None:
-            from openai import AsyncOpenAI, OpenAIError
-
-            try:
-                client = AsyncOpenAI(base_url=base_url, api_key=api_key, max_retries=max_retries)
-            except OpenAIError as exc:
-                raise ConfigurationError(f"cannot create the OpenAI client: {exc}",
-                                         layer=name) from exc
+        client = chat_client(
+            model=model,
+            client=client,
+            base_url=base_url,
+            api_key=api_key,
+            max_retries=max_retries,
+            layer=name,
+        )
         self.client = client
         self.model = model
         self.token_param = token_param

@@ -31,6 +31,7 @@ from memstack.errors import ConfigurationError, DistillationError, MemstackError
 from memstack.history import is_user_message
 from memstack.memory.models import KINDS, SOURCES, Provenance
 from memstack.memory.store import MemoryStore
+from memstack.model_client import chat_client
 
 if TYPE_CHECKING:
     from openai import AsyncOpenAI
@@ -277,21 +278,14 @@ class LLMExtractor:
         structured: bool = True,
         max_retries: int = 2,
     ) -> None:
-        if not isinstance(model, str) or not model:
-            raise ConfigurationError("model must be a non-empty model name", layer="LLMExtractor")
-        if client is not None and (base_url is not None or api_key is not None):
-            raise ConfigurationError(
-                "pass client or base_url/api_key, not both", layer="LLMExtractor"
-            )
-        if client is None:
-            from openai import AsyncOpenAI, OpenAIError
-
-            try:
-                client = AsyncOpenAI(base_url=base_url, api_key=api_key, max_retries=max_retries)
-            except OpenAIError as exc:
-                raise ConfigurationError(
-                    f"cannot create the OpenAI client: {exc}", layer="LLMExtractor"
-                ) from exc
+        client = chat_client(
+            model=model,
+            client=client,
+            base_url=base_url,
+            api_key=api_key,
+            max_retries=max_retries,
+            layer="LLMExtractor",
+        )
         self.client = client
         self.model = model
         self.structured = structured
