@@ -22,6 +22,7 @@ from memstack.memory.models import KINDS, SOURCES, Event, Memory, Provenance
 from memstack.memory.ranking import BM25
 from memstack.memory.store import MemoryStore, Recall
 from memstack.memory.tools import memory_tools
+from memstack.memory.vectors import Embedder, HashingEmbedder, MiniLMEmbedder
 
 __all__ = [
     "BM25",
@@ -32,10 +33,13 @@ __all__ = [
     "DistillReport",
     "DistillationHooks",
     "Distiller",
+    "Embedder",
     "Event",
+    "HashingEmbedder",
     "LLMExtractor",
     "Memory",
     "MemoryStore",
+    "MiniLMEmbedder",
     "Provenance",
     "Recall",
     "RuleExtractor",

