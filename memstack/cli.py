@@ -311,7 +311,9 @@ async def cmd_bench(args: argparse.Namespace) -> int:
         from memstack.bench.memory_bench import run_memory_bench
 
         files = [Path(f) for f in args.files]
-        await run_memory_bench(files, tokens=args.tokens, out=Path(args.out))
+        await run_memory_bench(
+            files, tokens=args.tokens, out=Path(args.out), semantic=not args.no_embedder
+        )
         return EXIT_OK
     if args.bench != "tokens":
         checkout = find_checkout()
@@ -443,6 +445,11 @@ def _parser() -> argparse.ArgumentParser:
     memory = which.add_parser("memory", help="LoCoMo evidence recall of long-term memory")
     memory.add_argument("files", nargs="*", help="LoCoMo JSONL (default: locomo_dev.jsonl)")
     memory.add_argument("--tokens", type=int, default=1000, help="injected token budget")
+    memory.add_argument(
+        "--no-embedder",
+        action="store_true",
+        help="skip the hybrid strategy (full-text fused with the offline MiniLM embedder)",
+    )
     memory.add_argument("--out", default="bench-memory", help="directory for JSON/table/PNG")
     from memstack.memory.cli import add_memory_commands
 

@@ -115,12 +115,14 @@ def test_bench_memory_writes_summary(tmp_path: Path) -> None:
         "recent 300 tokens",
         "naive BM25 (300 tok)",
         "memstack recall (300 tok)",
+        "memstack recall + all-MiniLM-L6-v2 (300 tok)",
     }
     for row in rows.values():
         assert row["questions"] == len(data["qa"])
         assert 0 <= row["evidence_recall"] <= 1
     assert rows["full context"]["evidence_recall"] == 1.0
     assert rows["memstack recall (300 tok)"]["mean_tokens"] <= 300
+    assert rows["memstack recall + all-MiniLM-L6-v2 (300 tok)"]["mean_tokens"] <= 300
     assert (tmp_path / "table.txt").exists()
 
 

@@ -13,6 +13,7 @@ from memstack.crypto import Keyring, generate_key
 from memstack.errors import ConfigurationError
 from memstack.memory import HashingEmbedder, MemoryStore, MiniLMEmbedder
 from memstack.memory.semantic import reciprocal_rank_fusion
+from memstack.recipes import load_recipe
 from memstack.testing import FakeClock
 
 from .conftest import MEMORY_BACKENDS, memory_url
@@ -159,8 +160,22 @@ def test_a_missing_extra_says_what_to_install(without_the_model: None) -> None:
 
 
 async def test_a_recipe_names_its_embedder(tmp_path: Path) -> None:
-    store = MemoryStore.from_url(f"sqlite:///{tmp_path / 'r.db'}", embedder="hashing")
+    recipe_file = tmp_path / "r.toml"
+    recipe_file.write_text(
+        f'''[backend]
+url = "sqlite:///{tmp_path / 's.db'}"
+[memory]
+url = "sqlite:///{tmp_path / 'm.db'}"
+embedder = "hashing"
+[[layers]]
+layer = "memory"
+scope = "ana"
+'''
+    )
+    store = load_recipe(recipe_file).open_memory()
     assert store.semantic is not None and store.semantic.embedder.name == "hashing-512"
+    await store.remember("ana", "Ana is vegetarian")
+    assert [m.text for m in await store.recall("ana", "vegetarians")] == ["Ana is vegetarian"]
     await store.close()
 
 
