@@ -66,9 +66,9 @@ class SemanticIndex:
             )
         return vectors
 
-    def rows(self, memories: Sequence[Memory], vectors: Sequence[Sequence[float]]) -> list[
-        dict[str, Any]
-    ]:
+    def rows(
+        self, memories: Sequence[Memory], vectors: Sequence[Sequence[float]]
+    ) -> list[dict[str, Any]]:
         kid = self.cipher.active_kid
         return [
             {

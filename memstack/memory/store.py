@@ -11,12 +11,11 @@
     >>> asyncio.run(demo())
     ['Prefers answers in French']
 
-One search index everywhere: every memory's terms (``memstack.memory.text``) are stored
-as 64-bit digests (keyed HMACs when the store has a key, see ``memstack.memory.cipher``)
-and ranked with BM25 in SQL, then fused with the precedence rules and packed into the
-token budget in Python (``memstack.memory.ranking``). Rankings are therefore identical on
-every backend, encrypted or not. Writes run in one transaction each; every change leaves
-an audit event that never contains memory text.
+The store is a thin owner of the engine and the transactions: every write runs in one
+transaction that also writes the full-text postings (``memstack.memory.fulltext``), the
+optional vectors (``memstack.memory.semantic``) and an audit event that never contains
+memory text; recall ranks there, then fuses with the precedence rules and packs the
+token budget (``memstack.memory.ranking``).
 """
 
 from __future__ import annotations
@@ -24,12 +23,11 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import and_, delete, event, func, insert, or_, select, text, update
+from sqlalchemy import and_, delete, event, insert, or_, select, text, update
 from sqlalchemy.engine import Row
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 from sqlalchemy.pool import StaticPool
@@ -39,6 +37,7 @@ from memstack.crypto.keys import KeyProvider
 from memstack.errors import ConfigurationError
 from memstack.memory.cipher import MemoryCipher, keys_from
 from memstack.memory.consolidate import Change, ConsolidationPolicy, plan_consolidation
+from memstack.memory.fulltext import FullTextIndex, weighted_terms
 from memstack.memory.models import (
     KINDS,
     SOURCES,
@@ -48,7 +47,6 @@ from memstack.memory.models import (
     check_choice,
     check_confidence,
 )
-from memstack.memory.queries import RecallQueries
 from memstack.memory.ranking import BM25, Packed, pack, precedence
 from memstack.memory.schema import SCHEMA_VERSION, Tables, tables
 from memstack.memory.semantic import (
@@ -74,18 +72,7 @@ _DEFAULT_CONFIDENCE = {"explicit": 1.0, "feedback": 0.9, "observed": 0.8, "infer
 # BM25 candidates fetched before precedence and budget decide: max_tokens / 20 (a memory
 # line is rarely under 20 tokens), at most this many.
 _CANDIDATES = 200
-# Statistics for BM25 (memory count, mean length) are cached this long per scope.
-_STATS_SECONDS = 30.0
 _BATCH = 500
-# A memory's own words count this many times its (unshown) context's words.
-_OWN_WEIGHT = 3
-# Postings read per query term, best impact first, and the cap on counting a term's
-# document frequency: beyond these a term is so common that it barely ranks.
-_POSTINGS_PER_TERM = 200
-_DF_CAP = 5_000
-_DF_CACHE_SCOPES = 1_000
-# A scope with this many memories has a stable mean length for BM25 normalisation.
-_STABLE_STATS = 1_000
 # Standing preferences and facts considered for the profile part of a recall.
 _PROFILE = 50
 _TOKEN_CACHE = 50_000
@@ -162,18 +149,16 @@ class MemoryStore:
         self.cipher = MemoryCipher(keys_from(key, keyring))
         self.cipher.check()
         self.tables: Tables = tables(table_prefix)
-        self.queries = RecallQueries(self.tables)
         self.create_tables = create_tables
         self.clock = clock
         self.bm25 = bm25 or BM25()
+        self.index = FullTextIndex(self.tables, self.cipher, self.bm25)
         # Optional semantic recall, fused with full-text (memstack.memory.semantic).
         named = embedder_named(embedder)
         self.semantic = SemanticIndex(named, self.tables, self.cipher) if named else None
         self._count = count_tokens
         self._ready = False
-        self._stats: dict[str, tuple[int, float, float]] = {}
         self._token_cache: dict[str, int] = {}
-        self._df: dict[str, dict[int, tuple[int, float]]] = {}
         if engine.dialect.name == "sqlite":
             # Deleted memories are overwritten with zeros in the file, not left in free pages.
             event.listen(engine.sync_engine, "connect", _sqlite_secure_delete)
@@ -296,41 +281,10 @@ class MemoryStore:
             "last_verified_at": memory.last_verified_at,
             "expires_at": memory.expires_at,
             "needs_review": memory.needs_review,
-            "length": sum(_weighted_terms(memory).values()),
+            "length": sum(weighted_terms(memory).values()),
             "kid": kid,
             "payload": self.cipher.seal(memory.scope, payload),
         }
-
-    def _postings(self, memory: Memory, mean_length: float) -> list[dict[str, Any]]:
-        """Index rows: each term's BM25 impact, computed once at write time.
-
-        Storing the impact (not tf and length) lets recall read each term's best postings
-        from an index in impact order, and stop early for common terms.
-        """
-        kid = self.cipher.active_kid
-        counts = _weighted_terms(memory)
-        length = sum(counts.values())
-        k1, b = self.bm25.k1, self.bm25.b
-        norm = k1 * (1 - b + b * length / max(mean_length, 1.0))
-        postings: dict[int, dict[str, Any]] = {}
-        for term, tf in counts.items():
-            digest = self.cipher.term_digest(kid, memory.scope, term)
-            postings[digest] = {
-                "scope": memory.scope,
-                "term": digest,
-                "memory_id": memory.id,
-                "impact": round(tf * (k1 + 1) / (tf + norm), 4),
-            }
-        return list(postings.values())
-
-    async def _mean_length(
-        self, conn: AsyncConnection, scope: str, batch: Sequence[Memory]
-    ) -> float:
-        count, mean = await self._scope_stats(conn, scope)
-        if count >= _STABLE_STATS or not batch:
-            return mean
-        lengths = [sum(_weighted_terms(m).values()) for m in batch]
-        return (count * mean + sum(lengths)) / (count + len(lengths))
 
     async def _log(
         self,
@@ -461,12 +415,12 @@ class MemoryStore:
                         insert(self.tables.memories), [self._row_values(m) for m in batch]
                     )
                     means = {
-                        scope: await self._mean_length(
+                        scope: await self.index.mean_length(
                             conn, scope, [m for m in batch if m.scope == scope]
                         )
                         for scope in {m.scope for m in batch}
                     }
-                    postings = [p for m in batch for p in self._postings(m, means[m.scope])]
+                    postings = [p for m in batch for p in self.index.postings(m, means[m.scope])]
                     if postings:
                         await conn.execute(insert(self.tables.terms), postings)
                     if self.semantic is not None:
@@ -476,7 +430,7 @@ class MemoryStore:
                     if memory.key is not None and memory.source == "explicit":
                         await self._supersede_key(conn, memory, actor)
         for scope in {m.scope for m in stored}:
-            self._forget_stats(scope)
+            self.index.invalidate(scope)
         return stored
 
     async def _supersede_key(self, conn: AsyncConnection, newer: Memory, actor: str) -> None:
@@ -518,7 +472,7 @@ class MemoryStore:
         await self._log(
             conn, [(i, scope) for i in ids], "superseded", actor, superseded_by=by, reason=reason
         )
-        self._forget_stats(scope)
+        self.index.invalidate(scope)
 
     async def verify(self, scope: str, memory_id: str, *, actor: str = "api") -> Memory:
         """Mark a memory as checked now (procedures re-validated, facts confirmed)."""
@@ -630,28 +584,6 @@ class MemoryStore:
         ]
 
     # -- search ----------------------------------------------------------------------------
-    def _forget_stats(self, scope: str) -> None:
-        """Drop cached statistics of ``scope`` after this process changed it."""
-        self._stats.pop(scope, None)
-        self._df.pop(scope, None)
-
-    async def _scope_stats(self, conn: AsyncConnection, scope: str) -> tuple[int, float]:
-        now = time.monotonic()
-        cached = self._stats.get(scope)
-        if cached is not None and now - cached[2] < _STATS_SECONDS:
-            return cached[0], cached[1]
-        m = self.tables.memories
-        count, total = (
-            await conn.execute(
-                select(func.count(), func.sum(m.c.length)).where(
-                    m.c.scope == scope, m.c.superseded_at.is_(None)
-                )
-            )
-        ).one()
-        stats = (int(count or 0), float(total or 0) / max(1, int(count or 0)) or 1.0, now)
-        self._stats[scope] = stats
-        return stats[0], stats[1]
-
     async def search(
         self, scope: str, query: str, *, limit: int = 10, kinds: Sequence[str] | None = None
     ) -> list[tuple[Memory, float]]:
@@ -671,7 +603,9 @@ class MemoryStore:
         now = _now_or(self.clock)
         with self._errors("searching memories"):
             async with self.engine.connect() as conn:
-                rows = await self._bm25(conn, scope, query_terms, limit, now) if query_terms else []
+                rows = []
+                if query_terms:
+                    rows = list(await self.index.ranked(conn, scope, query_terms, limit, now))
                 near: list[str] = []
                 if semantic is not None and query_vector is not None:
                     near = await semantic.nearest(conn, scope, query_vector, 2 * limit)
@@ -719,77 +653,6 @@ class MemoryStore:
             or_(m.c.expires_at.is_(None), m.c.expires_at > now),
         )
         return list((await conn.execute(query)).all())
-
-    async def _document_frequencies(
-        self, conn: AsyncConnection, scope: str, digests: Sequence[int]
-    ) -> dict[int, int]:
-        """Each digest's document frequency (capped at ``_DF_CAP``), cached like the stats."""
-        now = time.monotonic()
-        known: dict[int, int] = {}
-        missing = []
-        if len(self._df) > _DF_CACHE_SCOPES:
-            self._df.clear()
-        cache = self._df.setdefault(scope, {})
-        for digest in digests:
-            cached = cache.get(digest)
-            if cached is not None and now - cached[1] < _STATS_SECONDS:
-                if cached[0]:
-                    known[digest] = cached[0]
-            else:
-                missing.append(digest)
-        if missing:
-            params: dict[str, Any] = {"scope": scope, "cap": _DF_CAP}
-            params.update({f"t{i}": digest for i, digest in enumerate(missing)})
-            sql = text(self.queries.frequencies(len(missing)))
-            found = {int(term): int(df) for term, df in await conn.execute(sql, params) if df}
-            for digest in missing:
-                cache[digest] = (found.get(digest, 0), now)
-            known.update(found)
-        return known
-
-    async def _bm25(
-        self,
-        conn: AsyncConnection,
-        scope: str,
-        query_terms: Mapping[str, int],
-        limit: int,
-        now: float,
-    ) -> Sequence[Row[Any]]:
-        """The live rows of the best ``limit`` memories by BM25, with their ``total`` score.
-
-        Each term contributes at most ``_POSTINGS_PER_TERM`` postings, read in impact
-        order from an index, so a common word costs a bounded index range, not a scan;
-        its document frequency is counted up to ``_DF_CAP`` only, where its weight is
-        already small. Sums, ranking and the join to the rows run in the database
-        (``memstack.memory.queries``): one round trip once frequencies are cached.
-        """
-        n_docs, _ = await self._scope_stats(conn, scope)
-        if n_docs == 0:
-            return []
-        digests: dict[int, str] = {}
-        for term in query_terms:
-            for digest in self.cipher.term_digests(scope, term):
-                digests[digest] = term
-        df_by_digest = await self._document_frequencies(conn, scope, list(digests))
-        if not df_by_digest:
-            return []
-        df_by_term: dict[str, int] = defaultdict(int)
-        for digest, df in df_by_digest.items():
-            df_by_term[digests[digest]] += df
-        params: dict[str, Any] = {
-            "scope": scope,
-            "per_term": _POSTINGS_PER_TERM,
-            "limit": limit,
-            "now": now,
-        }
-        for i, digest in enumerate(df_by_digest):
-            term = digests[digest]
-            params[f"t{i}"] = digest
-            params[f"w{i}"] = (
-                self.bm25.idf(min(df_by_term[term], n_docs), n_docs) * query_terms[term]
-            )
-        sql = text(self.queries.ranked(len(df_by_digest)))
-        return (await conn.execute(sql, params)).all()
 
     async def recall(
         self,
@@ -897,7 +760,7 @@ class MemoryStore:
                 await self.scrub()
         if self.semantic is not None and memory_id is None and key is None:
             self.semantic.drop(scope)
-        self._forget_stats(scope)
+        self.index.invalidate(scope)
         return len(ids)
 
     async def erase(self, scope: str, *, actor: str = "governance") -> int:
@@ -956,7 +819,7 @@ class MemoryStore:
                     await delete_vectors(conn, self.tables, scope, ids)
                     await conn.execute(delete(m).where(m.c.id.in_(ids)))
                     await self._log(conn, [(i, scope) for i in ids], "expired", actor)
-        self._forget_stats(scope)
+        self.index.invalidate(scope)
         return len(ids)
 
     # -- consolidation ---------------------------------------------------------------------
@@ -1011,7 +874,7 @@ class MemoryStore:
                             actor,
                             reason=change.reason,
                         )
-        self._forget_stats(scope)
+        self.index.invalidate(scope)
         return changes
 
     # -- keys ------------------------------------------------------------------------------
@@ -1042,20 +905,12 @@ class MemoryStore:
                     )
                     await conn.execute(delete(t).where(t.c.memory_id == memory.id))
                     if memory.superseded_at is None:
-                        mean = await self._mean_length(conn, memory.scope, [memory])
-                        await conn.execute(insert(t), self._postings(memory, mean))
+                        mean = await self.index.mean_length(conn, memory.scope, [memory])
+                        await conn.execute(insert(t), self.index.postings(memory, mean))
                     rotated += 1
                 await self._log(conn, [(r.id, r.scope) for r in rows], "rotated", actor)
                 await reseal_vectors(conn, self.tables, self.cipher, scope)
         return rotated
-
-
-def _weighted_terms(memory: Memory) -> dict[str, int]:
-    """The memory's own words count three times; its context's words once."""
-    counts = {term: _OWN_WEIGHT * tf for term, tf in term_counts(memory.text).items()}
-    for term, tf in term_counts(memory.context or "").items():
-        counts[term] = counts.get(term, 0) + tf
-    return counts
 
 
 def _sqlite_secure_delete(dbapi_connection: Any, _record: Any) -> None:

@@ -96,9 +96,7 @@ async def test_with_a_key_vectors_are_sealed_and_rotated(tmp_path: Path) -> None
     await both.close()
 
     only_new = MemoryStore.from_url(url, key=new, embedder=HashingEmbedder())
-    assert [m.text for m in await only_new.recall("ana", "cello player")] == [
-        "Ana plays the cello"
-    ]
+    assert [m.text for m in await only_new.recall("ana", "cello player")] == ["Ana plays the cello"]
     await only_new.close()
 
 
@@ -134,9 +132,7 @@ async def test_bad_embedders_are_refused_with_the_cause(tmp_path: Path) -> None:
         MemoryStore.from_url("sqlite://:memory:", embedder=object())  # type: ignore[arg-type]
     store = MemoryStore.from_url(f"sqlite:///{tmp_path / 's.db'}", embedder=_Short())
     with pytest.raises(ConfigurationError, match="returned 1 vectors for 2 texts"):
-        await store.remember_many(
-            [store.new_memory("ana", "one"), store.new_memory("ana", "two")]
-        )
+        await store.remember_many([store.new_memory("ana", "one"), store.new_memory("ana", "two")])
     assert await store.list_memories("ana") == []  # nothing half-written
     await store.close()
 
@@ -162,15 +158,15 @@ def test_a_missing_extra_says_what_to_install(without_the_model: None) -> None:
 async def test_a_recipe_names_its_embedder(tmp_path: Path) -> None:
     recipe_file = tmp_path / "r.toml"
     recipe_file.write_text(
-        f'''[backend]
-url = "sqlite:///{tmp_path / 's.db'}"
+        f"""[backend]
+url = "sqlite:///{tmp_path / "s.db"}"
 [memory]
-url = "sqlite:///{tmp_path / 'm.db'}"
+url = "sqlite:///{tmp_path / "m.db"}"
 embedder = "hashing"
 [[layers]]
 layer = "memory"
 scope = "ana"
-'''
+"""
     )
     store = load_recipe(recipe_file).open_memory()
     assert store.semantic is not None and store.semantic.embedder.name == "hashing-512"

@@ -1,0 +1,190 @@
+"""The full-text index of memories: BM25 impacts stored per term digest, ranked in SQL.
+
+    >>> from memstack.memory.fulltext import weighted_terms
+    >>> from memstack.memory.models import Memory
+    >>> weighted_terms(Memory(id="m", scope="s", text="Loves sailing", context="boats"))
+    {'love': 3, 'sail': 3, 'boat': 1}
+
+One index on every backend: each memory's terms (``memstack.memory.text``) are stored as
+64-bit digests (keyed HMACs when the store has a key, see ``memstack.memory.cipher``) with
+their BM25 impact, computed at write time, so recall reads each query term's best postings
+from an ``(scope, term, impact)`` index and sums them in SQL (``memstack.memory.queries``).
+Rankings are therefore identical on every backend, encrypted or not. ``MemoryStore`` owns
+the transactions; this module owns the postings and the per-scope statistics caches.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from sqlalchemy import func, select, text
+from sqlalchemy.engine import Row
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from memstack.memory.cipher import MemoryCipher
+from memstack.memory.models import Memory
+from memstack.memory.queries import RecallQueries
+from memstack.memory.ranking import BM25
+from memstack.memory.schema import Tables
+from memstack.memory.text import term_counts
+
+__all__ = ["FullTextIndex", "weighted_terms"]
+
+# Statistics for BM25 (memory count, mean length) are cached this long per scope.
+_STATS_SECONDS = 30.0
+# A memory's own words count this many times its (unshown) context's words.
+_OWN_WEIGHT = 3
+# Postings read per query term, best impact first, and the cap on counting a term's
+# document frequency: beyond these a term is so common that it barely ranks.
+_POSTINGS_PER_TERM = 200
+_DF_CAP = 5_000
+_DF_CACHE_SCOPES = 1_000
+# A scope with this many memories has a stable mean length for BM25 normalisation.
+_STABLE_STATS = 1_000
+
+
+class FullTextIndex:
+    """Postings to write for a memory, and the best memories for a query's terms."""
+
+    def __init__(self, tables: Tables, cipher: MemoryCipher, bm25: BM25) -> None:
+        self.tables = tables
+        self.cipher = cipher
+        self.bm25 = bm25
+        self.queries = RecallQueries(tables)
+        self._stats: dict[str, tuple[int, float, float]] = {}
+        self._df: dict[str, dict[int, tuple[int, float]]] = {}
+
+    def postings(self, memory: Memory, mean_length: float) -> list[dict[str, Any]]:
+        """Index rows: each term's BM25 impact, computed once at write time.
+
+        Storing the impact (not tf and length) lets recall read each term's best postings
+        from an index in impact order, and stop early for common terms.
+        """
+        kid = self.cipher.active_kid
+        counts = weighted_terms(memory)
+        length = sum(counts.values())
+        k1, b = self.bm25.k1, self.bm25.b
+        norm = k1 * (1 - b + b * length / max(mean_length, 1.0))
+        postings: dict[int, dict[str, Any]] = {}
+        for term, tf in counts.items():
+            digest = self.cipher.term_digest(kid, memory.scope, term)
+            postings[digest] = {
+                "scope": memory.scope,
+                "term": digest,
+                "memory_id": memory.id,
+                "impact": round(tf * (k1 + 1) / (tf + norm), 4),
+            }
+        return list(postings.values())
+
+    async def mean_length(
+        self, conn: AsyncConnection, scope: str, batch: Sequence[Memory]
+    ) -> float:
+        count, mean = await self.scope_stats(conn, scope)
+        if count >= _STABLE_STATS or not batch:
+            return mean
+        lengths = [sum(weighted_terms(m).values()) for m in batch]
+        return (count * mean + sum(lengths)) / (count + len(lengths))
+
+    def invalidate(self, scope: str) -> None:
+        """Drop cached statistics of ``scope`` after this process changed it."""
+        self._stats.pop(scope, None)
+        self._df.pop(scope, None)
+
+    async def scope_stats(self, conn: AsyncConnection, scope: str) -> tuple[int, float]:
+        now = time.monotonic()
+        cached = self._stats.get(scope)
+        if cached is not None and now - cached[2] < _STATS_SECONDS:
+            return cached[0], cached[1]
+        m = self.tables.memories
+        count, total = (
+            await conn.execute(
+                select(func.count(), func.sum(m.c.length)).where(
+                    m.c.scope == scope, m.c.superseded_at.is_(None)
+                )
+            )
+        ).one()
+        stats = (int(count or 0), float(total or 0) / max(1, int(count or 0)) or 1.0, now)
+        self._stats[scope] = stats
+        return stats[0], stats[1]
+
+    async def _document_frequencies(
+        self, conn: AsyncConnection, scope: str, digests: Sequence[int]
+    ) -> dict[int, int]:
+        """Each digest's document frequency (capped at ``_DF_CAP``), cached like the stats."""
+        now = time.monotonic()
+        known: dict[int, int] = {}
+        missing = []
+        if len(self._df) > _DF_CACHE_SCOPES:
+            self._df.clear()
+        cache = self._df.setdefault(scope, {})
+        for digest in digests:
+            cached = cache.get(digest)
+            if cached is not None and now - cached[1] < _STATS_SECONDS:
+                if cached[0]:
+                    known[digest] = cached[0]
+            else:
+                missing.append(digest)
+        if missing:
+            params: dict[str, Any] = {"scope": scope, "cap": _DF_CAP}
+            params.update({f"t{i}": digest for i, digest in enumerate(missing)})
+            sql = text(self.queries.frequencies(len(missing)))
+            found = {int(term): int(df) for term, df in await conn.execute(sql, params) if df}
+            for digest in missing:
+                cache[digest] = (found.get(digest, 0), now)
+            known.update(found)
+        return known
+
+    async def ranked(
+        self,
+        conn: AsyncConnection,
+        scope: str,
+        query_terms: Mapping[str, int],
+        limit: int,
+        now: float,
+    ) -> Sequence[Row[Any]]:
+        """The live rows of the best ``limit`` memories by BM25, with their ``total`` score.
+
+        Each term contributes at most ``_POSTINGS_PER_TERM`` postings, read in impact
+        order from an index, so a common word costs a bounded index range, not a scan;
+        its document frequency is counted up to ``_DF_CAP`` only, where its weight is
+        already small. Sums, ranking and the join to the rows run in the database
+        (``memstack.memory.queries``): one round trip once frequencies are cached.
+        """
+        n_docs, _ = await self.scope_stats(conn, scope)
+        if n_docs == 0:
+            return []
+        digests: dict[int, str] = {}
+        for term in query_terms:
+            for digest in self.cipher.term_digests(scope, term):
+                digests[digest] = term
+        df_by_digest = await self._document_frequencies(conn, scope, list(digests))
+        if not df_by_digest:
+            return []
+        df_by_term: dict[str, int] = defaultdict(int)
+        for digest, df in df_by_digest.items():
+            df_by_term[digests[digest]] += df
+        params: dict[str, Any] = {
+            "scope": scope,
+            "per_term": _POSTINGS_PER_TERM,
+            "limit": limit,
+            "now": now,
+        }
+        for i, digest in enumerate(df_by_digest):
+            term = digests[digest]
+            params[f"t{i}"] = digest
+            params[f"w{i}"] = (
+                self.bm25.idf(min(df_by_term[term], n_docs), n_docs) * query_terms[term]
+            )
+        sql = text(self.queries.ranked(len(df_by_digest)))
+        return (await conn.execute(sql, params)).all()
+
+
+def weighted_terms(memory: Memory) -> dict[str, int]:
+    """The memory's own words count three times; its context's words once."""
+    counts = {term: _OWN_WEIGHT * tf for term, tf in term_counts(memory.text).items()}
+    for term, tf in term_counts(memory.context or "").items():
+        counts[term] = counts.get(term, 0) + tf
+    return counts
