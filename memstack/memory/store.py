@@ -37,7 +37,7 @@ from memstack.crypto.keys import KeyProvider
 from memstack.errors import ConfigurationError
 from memstack.memory.cipher import MemoryCipher, keys_from
 from memstack.memory.consolidate import Change, ConsolidationPolicy, plan_consolidation
-from memstack.memory.fulltext import FullTextIndex, weighted_terms
+from memstack.memory.fulltext import FullTextIndex
 from memstack.memory.models import (
     KINDS,
     SOURCES,
@@ -48,6 +48,7 @@ from memstack.memory.models import (
     check_confidence,
 )
 from memstack.memory.ranking import BM25, Packed, pack, precedence
+from memstack.memory.rows import memory_from_row, row_values
 from memstack.memory.schema import SCHEMA_VERSION, Tables, tables
 from memstack.memory.semantic import (
     SemanticIndex,
@@ -227,65 +228,6 @@ class MemoryStore:
     def _errors(self, doing: str) -> Any:
         return store_errors(None, layer=_LAYER, doing=doing)
 
-    # -- rows ------------------------------------------------------------------------------
-    def _to_memory(self, row: Row[Any]) -> Memory:
-        payload = self.cipher.open(row.scope, row.payload)
-        return Memory(
-            id=row.id,
-            scope=row.scope,
-            text=payload["text"],
-            kind=row.kind,
-            source=row.source,
-            key=payload.get("key"),
-            data=payload.get("data"),
-            confidence=row.confidence,
-            created_at=row.created_at,
-            updated_at=row.updated_at,
-            valid_from=row.valid_from,
-            superseded_at=row.superseded_at,
-            superseded_by=row.superseded_by,
-            last_verified_at=row.last_verified_at,
-            expires_at=row.expires_at,
-            needs_review=bool(row.needs_review),
-            provenance=Provenance(**payload.get("provenance", {})),
-            context=payload.get("context"),
-        )
-
-    def _row_values(self, memory: Memory) -> dict[str, Any]:
-        kid = self.cipher.active_kid
-        payload: dict[str, Any] = {"text": memory.text}
-        if memory.key is not None:
-            payload["key"] = memory.key
-        if memory.data is not None:
-            payload["data"] = dict(memory.data)
-        if provenance := memory.provenance.as_dict():
-            payload["provenance"] = provenance
-        if memory.context:
-            payload["context"] = memory.context
-        return {
-            "id": memory.id,
-            "scope": memory.scope,
-            "key_digest": (
-                self.cipher.key_digest(kid, memory.scope, memory.key)
-                if memory.key is not None
-                else None
-            ),
-            "kind": memory.kind,
-            "source": memory.source,
-            "confidence": memory.confidence,
-            "created_at": memory.created_at,
-            "updated_at": memory.updated_at,
-            "valid_from": memory.valid_from,
-            "superseded_at": memory.superseded_at,
-            "superseded_by": memory.superseded_by,
-            "last_verified_at": memory.last_verified_at,
-            "expires_at": memory.expires_at,
-            "needs_review": memory.needs_review,
-            "length": sum(weighted_terms(memory).values()),
-            "kid": kid,
-            "payload": self.cipher.seal(memory.scope, payload),
-        }
-
     async def _log(
         self,
         conn: AsyncConnection,
@@ -412,7 +354,7 @@ class MemoryStore:
                 for start in range(0, len(stored), _BATCH):
                     batch = stored[start : start + _BATCH]
                     await conn.execute(
-                        insert(self.tables.memories), [self._row_values(m) for m in batch]
+                        insert(self.tables.memories), [row_values(self.cipher, m) for m in batch]
                     )
                     means = {
                         scope: await self.index.mean_length(
@@ -538,7 +480,7 @@ class MemoryStore:
                 if newest is None:
                     query = query.order_by(m.c.created_at, m.c.id)
                 rows = (await conn.execute(query)).all()
-        return [self._to_memory(row) for row in rows]
+        return [memory_from_row(self.cipher, row) for row in rows]
 
     async def get(self, scope: str, memory_id: str) -> Memory | None:
         m = self.tables.memories
@@ -612,7 +554,7 @@ class MemoryStore:
                     rows = [*rows, *await self._live_rows(conn, scope, near, rows, now)]
         if not rows:
             return []
-        memories = {row.id: self._to_memory(row) for row in rows}
+        memories = {row.id: memory_from_row(self.cipher, row) for row in rows}
         if semantic is None:
             best = max(float(row.total) for row in rows)
             relevance = {row.id: float(row.total) / best for row in rows}
@@ -892,8 +834,8 @@ class MemoryStore:
             async with self.engine.begin() as conn:
                 rows = (await conn.execute(select(m).where(where))).all()
                 for row in rows:
-                    memory = self._to_memory(row)
-                    values = self._row_values(memory)
+                    memory = memory_from_row(self.cipher, row)
+                    values = row_values(self.cipher, memory)
                     await conn.execute(
                         update(m)
                         .where(m.c.id == memory.id)
