@@ -213,6 +213,15 @@ def test_an_envelope_is_authenticated_once_then_read_from_the_cache() -> None:
     assert spy.decrypts == 1
 
 
+def test_nested_values_of_a_cached_item_are_fresh_too() -> None:
+    reader = cipher()
+    item = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "hi"}]}
+    envelope = reader.seal(item)
+    reader.open(envelope)["content"][0]["text"] = "changed by the caller"
+    reader.open(envelope)["content"].append({"type": "input_text", "text": "more"})
+    assert reader.open(envelope) == item
+
+
 def test_the_cache_never_answers_for_another_key_id_or_a_tampered_envelope() -> None:
     first, second = generate_key(), generate_key()
     sealer = SessionCipher("s1", Keyring({"a": first, "b": second}, active="a"))
@@ -231,8 +240,8 @@ def test_the_cache_is_bounded_by_the_characters_it_holds() -> None:
 
     cache = OpenedCache(max_chars=800)
     for n in range(50):
-        cache.put("k", f"ct{n}", "x" * 90)
+        cache.put("k", f"ct{n}", b"x" * 90)
     assert cache._chars <= 800 and len(cache._entries) == 8
     assert cache.get("k", "ct49") is not None and cache.get("k", "ct0") is None
-    cache.put("k", "huge", "y" * 200)  # over an eighth of the bound: not kept
+    cache.put("k", "huge", b"y" * 200)  # over an eighth of the bound: not kept
     assert cache.get("k", "huge") is None
