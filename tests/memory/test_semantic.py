@@ -182,3 +182,31 @@ async def test_vector_count_matches_memory_count(tmp_path: Path) -> None:
     async with store.engine.connect() as conn:
         assert (await conn.execute(select(func.count()).select_from(v))).scalar() == 7
     await store.close()
+
+
+async def test_through_the_runner_the_pinned_block_finds_memories_by_meaning(
+    tmp_path: Path, minilm: MiniLMEmbedder
+) -> None:
+    from agents import Agent, RunConfig, Runner
+
+    from memstack import LayerSpec, build_stack, input_filter, open_backend
+    from memstack.testing import ScriptedModel
+
+    store = MemoryStore.from_url(f"sqlite:///{tmp_path / 'm.db'}", embedder=minilm)
+    await store.remember("ana", "Ana adopted a golden retriever puppy named Biscuit")
+    session = build_stack(
+        open_backend(f"sqlite:///{tmp_path / 'chat.db'}", "chat-1"),
+        [LayerSpec("memory", {"store": store, "scope": "ana", "max_tokens": 200})],
+    )
+    model = ScriptedModel(["Biscuit is lucky to have you."])
+    agent = Agent(name="assistant", instructions="Be brief.", model=model)
+    config = RunConfig(call_model_input_filter=input_filter(session))
+    await Runner.run(agent, "How is my dog doing?", session=session, run_config=config)
+    [pinned, asked] = model.inputs[0]
+    assert pinned["role"] == "developer" and "golden retriever puppy" in pinned["content"]
+    assert asked["content"] == "How is my dog doing?"
+    # Without the embedder no word matches: the same turn would get no memory at all.
+    words_only = MemoryStore.from_url(f"sqlite:///{tmp_path / 'm.db'}")
+    assert not await words_only.recall("ana", "How is my dog doing?")
+    await words_only.close()
+    await store.close()
