@@ -94,6 +94,12 @@ async def _consolidate(store: MemoryStore, args: argparse.Namespace) -> int:
     return 0
 
 
+async def _embed(store: MemoryStore, args: argparse.Namespace) -> int:
+    count = await store.embed_missing(args.scope)
+    print(f"embedded {count} memories of scope {args.scope!r}")
+    return 0
+
+
 async def _export(store: MemoryStore, args: argparse.Namespace) -> int:
     memories = await store.list_memories(args.scope, include_inactive=True)
     text = "".join(json.dumps(m.as_dict(), ensure_ascii=False) + "\n" for m in memories)
@@ -147,3 +153,4 @@ def add_memory_commands(commands: Any) -> None:
     consolidate.add_argument("--dry-run", action="store_true", help="show the changes only")
     export = add("export", _export, "write every memory of the scope as JSON Lines")
     export.add_argument("-o", "--output", help="file to write (default: standard output)")
+    add("embed", _embed, "embed memories written before the [memory] embedder was set")

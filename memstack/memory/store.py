@@ -764,6 +764,43 @@ class MemoryStore:
         self.index.invalidate(scope)
         return len(ids)
 
+    # -- vectors ---------------------------------------------------------------------------
+    async def embed_missing(self, scope: str, *, batch_size: int = 256) -> int:
+        """Embed the scope's live memories that have no vector from this store's embedder.
+
+        Memories written before an embedder was configured (or under another model) are
+        found by full-text only until then. Returns how many were embedded.
+        """
+        _check_scope(scope)
+        if self.semantic is None:
+            raise ConfigurationError("embed_missing needs a store with an embedder", layer=_LAYER)
+        await self._prepare()
+        m, v = self.tables.memories, self.tables.vectors
+        embedded = select(v.c.memory_id).where(
+            v.c.scope == scope, v.c.model == self.semantic.embedder.name
+        )
+        now = _now_or(self.clock)
+        query = (
+            select(m)
+            .where(
+                m.c.scope == scope,
+                m.c.id.not_in(embedded),
+                m.c.superseded_at.is_(None),
+                or_(m.c.expires_at.is_(None), m.c.expires_at > now),
+            )
+            .order_by(m.c.created_at, m.c.id)
+        )
+        with self._errors("reading memories to embed"):
+            async with self.engine.connect() as conn:
+                missing = [memory_from_row(self.cipher, row) for row in await conn.execute(query)]
+        for start in range(0, len(missing), batch_size):
+            chunk = missing[start : start + batch_size]
+            vectors = await self.semantic.embed([memory.text for memory in chunk])
+            with self._errors("storing vectors"):
+                async with self.engine.begin() as conn:
+                    await self.semantic.write(conn, chunk, vectors)
+        return len(missing)
+
     # -- consolidation ---------------------------------------------------------------------
     async def consolidate(
         self,

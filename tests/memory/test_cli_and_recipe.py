@@ -95,6 +95,23 @@ def test_memory_commands_round_trip(
     assert b"Miso" not in (tmp_path / "memory.db").read_bytes()  # encrypted, then erased
 
 
+def test_memory_embed_command_backfills_vectors(recipe: Path, tmp_path: Path) -> None:
+    async def seed() -> None:
+        store = MemoryStore.from_url(f"sqlite:///{tmp_path / 'memory.db'}", key=KEY)
+        await store.remember("ana", "Has a cat called Miso")
+        await store.close()
+
+    asyncio.run(seed())
+    refused = memstack("memory", "embed", str(recipe), "--scope", "ana")
+    assert refused.returncode == 2 and "needs a store with an embedder" in refused.stderr
+    recipe.write_text(recipe.read_text().replace("[memory]\n", '[memory]\nembedder = "hashing"\n'))
+    done = memstack("memory", "embed", str(recipe), "--scope", "ana")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "embedded 1 memories of scope 'ana'"
+    again = memstack("memory", "embed", str(recipe), "--scope", "ana")
+    assert again.stdout.strip() == "embedded 0 memories of scope 'ana'"
+
+
 def test_bench_memory_writes_summary(tmp_path: Path) -> None:
     locomo = tmp_path / "tiny.jsonl"
     data_file = DATA_DIR / "locomo_dev.jsonl"

@@ -210,3 +210,23 @@ async def test_through_the_runner_the_pinned_block_finds_memories_by_meaning(
     assert not await words_only.recall("ana", "How is my dog doing?")
     await words_only.close()
     await store.close()
+
+
+async def test_memories_written_before_the_embedder_are_embedded_on_request(
+    tmp_path: Path,
+) -> None:
+    url = f"sqlite:///{tmp_path / 'old.db'}"
+    before = MemoryStore.from_url(url)
+    await before.remember("ana", "Ana is vegetarian")
+    await before.remember("ana", "Ana lived in Porto", key="city")
+    await before.remember("ana", "Ana lives in Lisbon", key="city")  # supersedes Porto
+    await before.close()
+
+    store = MemoryStore.from_url(url, embedder=HashingEmbedder())
+    assert await _vector_rows(store, "ana") == []  # full-text still finds them meanwhile
+    assert await store.embed_missing("ana") == 2  # live ones only
+    assert await store.embed_missing("ana") == 0
+    assert len(await _vector_rows(store, "ana")) == 2
+    await store.close()
+    with pytest.raises(ConfigurationError, match="needs a store with an embedder"):
+        await MemoryStore.from_url(url).embed_missing("ana")
