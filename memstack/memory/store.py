@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import and_, delete, event, insert, or_, select, text, update
+from sqlalchemy import ColumnElement, Table, and_, delete, event, insert, or_, select, text, update
 from sqlalchemy.engine import Row
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 from sqlalchemy.pool import StaticPool
@@ -472,9 +472,7 @@ class MemoryStore:
             query = query.order_by(m.c.updated_at.desc(), m.c.id).limit(newest)
         if live:
             now = _now_or(self.clock)
-            query = query.where(
-                m.c.superseded_at.is_(None), or_(m.c.expires_at.is_(None), m.c.expires_at > now)
-            )
+            query = query.where(_live(m, now))
         with self._errors("reading memories"):
             async with self.engine.connect() as conn:
                 if newest is None:
@@ -591,8 +589,7 @@ class MemoryStore:
         query = select(m).where(
             m.c.scope == scope,
             m.c.id.in_(missing),
-            m.c.superseded_at.is_(None),
-            or_(m.c.expires_at.is_(None), m.c.expires_at > now),
+            _live(m, now),
         )
         return list((await conn.execute(query)).all())
 
@@ -785,8 +782,7 @@ class MemoryStore:
             .where(
                 m.c.scope == scope,
                 m.c.id.not_in(embedded),
-                m.c.superseded_at.is_(None),
-                or_(m.c.expires_at.is_(None), m.c.expires_at > now),
+                _live(m, now),
             )
             .order_by(m.c.created_at, m.c.id)
         )
@@ -890,6 +886,11 @@ class MemoryStore:
                 await self._log(conn, [(r.id, r.scope) for r in rows], "rotated", actor)
                 await reseal_vectors(conn, self.tables, self.cipher, scope)
         return rotated
+
+
+def _live(m: Table, now: float) -> ColumnElement[bool]:
+    """Neither superseded nor expired at ``now``: what recall may return."""
+    return and_(m.c.superseded_at.is_(None), or_(m.c.expires_at.is_(None), m.c.expires_at > now))
 
 
 def _sqlite_secure_delete(dbapi_connection: Any, _record: Any) -> None:
