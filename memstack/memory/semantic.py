@@ -42,14 +42,9 @@ def reciprocal_rank_fusion(*rankings: Sequence[str]) -> dict[str, float]:
 
 
 class SemanticIndex:
-    """Vectors of one store's memories, for one embedder."""
+    """Vectors of one store's memories, for one embedder (checked by ``embedder_named``)."""
 
     def __init__(self, embedder: Embedder, tables: Tables, cipher: MemoryCipher) -> None:
-        if not isinstance(embedder, Embedder):
-            raise ConfigurationError(
-                f"embedder must have name, dim and embed(texts), not {type(embedder).__name__}",
-                layer=_LAYER,
-            )
         self.embedder = embedder
         self.tables = tables
         self.cipher = cipher
@@ -76,7 +71,7 @@ class SemanticIndex:
                 "memory_id": memory.id,
                 "model": self.embedder.name,
                 "kid": kid,
-                "vector": self._seal(memory.scope, encode(vector)),
+                "vector": _seal(self.cipher, memory.scope, encode(vector)),
             }
             for memory, vector in zip(memories, vectors, strict=True)
         ]
@@ -106,19 +101,14 @@ class SemanticIndex:
             .order_by(v.c.seq)
         )
         index.extend(
-            (seq, memory_id, decode(self._open(scope, stored))) for seq, memory_id, stored in rows
+            (seq, memory_id, decode(_open(self.cipher, scope, stored)))
+            for seq, memory_id, stored in rows
         )
         return index
 
     def drop(self, scope: str) -> None:
         """Forget the in-process index (a whole scope was deleted)."""
         self._indexes.pop(scope, None)
-
-    def _seal(self, scope: str, encoded: str) -> str:
-        return _seal(self.cipher, scope, encoded)
-
-    def _open(self, scope: str, stored: str) -> str:
-        return _open(self.cipher, scope, stored)
 
 
 # Deleting and re-sealing need no embedder: a store opened without one (the CLI, a

@@ -543,24 +543,26 @@ class MemoryStore:
         now = _now_or(self.clock)
         with self._errors("searching memories"):
             async with self.engine.connect() as conn:
-                rows = []
+                by_words: list[Row[Any]] = []
                 if query_terms:
-                    rows = list(await self.index.ranked(conn, scope, query_terms, limit, now))
+                    by_words = list(await self.index.ranked(conn, scope, query_terms, limit, now))
+                    by_words.sort(key=lambda row: -float(row.total))
                 near: list[str] = []
+                by_meaning: list[Row[Any]] = []
                 if semantic is not None and query_vector is not None:
                     near = await semantic.nearest(conn, scope, query_vector, 2 * limit)
-                    rows = [*rows, *await self._live_rows(conn, scope, near, rows, now)]
+                    by_meaning = await self._live_rows(conn, scope, near, by_words, now)
+        rows = [*by_words, *by_meaning]
         if not rows:
             return []
         memories = {row.id: memory_from_row(self.cipher, row) for row in rows}
         if semantic is None:
-            best = max(float(row.total) for row in rows)
-            relevance = {row.id: float(row.total) / best for row in rows}
+            best = float(by_words[0].total)
+            relevance = {row.id: float(row.total) / best for row in by_words}
         else:
-            scored_rows = [row for row in rows if getattr(row, "total", None) is not None]
-            scored_rows.sort(key=lambda row: -float(row.total))
-            by_words = [row.id for row in scored_rows]
-            fused = reciprocal_rank_fusion(by_words, [i for i in near if i in memories])
+            fused = reciprocal_rank_fusion(
+                [row.id for row in by_words], [i for i in near if i in memories]
+            )
             top = max(fused.values())
             relevance = {memory_id: score / top for memory_id, score in fused.items()}
         wanted = set(kinds) if kinds else None

@@ -23,7 +23,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from memstack.errors import ConfigurationError
@@ -123,7 +123,11 @@ class MiniLMEmbedder:
 
 
 # Recipes name an embedder: ``embedder = "minilm"`` in the ``[memory]`` table.
-_NAMED = {"minilm": "MiniLMEmbedder", "all-minilm-l6-v2": "MiniLMEmbedder", "hashing": "hashing"}
+_NAMED: dict[str, Callable[[], Embedder]] = {
+    "minilm": MiniLMEmbedder,
+    "all-minilm-l6-v2": MiniLMEmbedder,
+    "hashing": HashingEmbedder,
+}
 
 
 def embedder_named(embedder: Embedder | str | None) -> Embedder | None:
@@ -131,9 +135,7 @@ def embedder_named(embedder: Embedder | str | None) -> Embedder | None:
     if embedder is None or isinstance(embedder, Embedder):
         return embedder
     if isinstance(embedder, str) and embedder.lower() in _NAMED:
-        if _NAMED[embedder.lower()] == "hashing":
-            return HashingEmbedder()
-        return MiniLMEmbedder()
+        return _NAMED[embedder.lower()]()
     raise ConfigurationError(
         f"embedder must be an Embedder or one of {sorted(_NAMED)}, not {embedder!r}",
         layer=_LAYER,
