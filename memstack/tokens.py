@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import marshal
 import threading
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping
@@ -100,6 +101,20 @@ def item_digest(item: Mapping[str, Any]) -> bytes:
     return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
 
 
+def _count_key(item: Mapping[str, Any]) -> bytes:
+    """A process-local cache key for an item's count: a digest of its marshal bytes.
+
+    Four times cheaper than ``item_digest``'s canonical JSON, which a view read paid for
+    every item it counted. Format 2, because later formats write back-references that
+    depend on reference counts, not content. Key order matters here (a reordered copy is
+    counted again); values marshal cannot write fall back to the canonical digest.
+    """
+    try:
+        return hashlib.blake2b(marshal.dumps(item, 2), digest_size=16).digest()
+    except ValueError:
+        return item_digest(item)
+
+
 class TokenCounter:
     """Counts tokens of texts, Responses input items and tool schemas for one model."""
 
@@ -151,7 +166,7 @@ class TokenCounter:
 
     def count_item(self, item: Mapping[str, Any]) -> int:
         """Estimated context cost of one input item; cached by content."""
-        key = item_digest(item)
+        key = _count_key(item)
         with self._cache_lock:
             cached = self._cache.get(key)
             if cached is not None:

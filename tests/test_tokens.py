@@ -289,6 +289,17 @@ def test_counts_are_cached_by_content(monkeypatch: pytest.MonkeyPatch) -> None:
     assert calls == []
 
 
+def test_values_json_cannot_hold_are_counted_and_cached() -> None:
+    """Model input inside a run may hold non-JSON values; they are counted as their str."""
+    from datetime import UTC, datetime
+
+    counter = TokenCounter()
+    when = datetime(2026, 1, 2, tzinfo=UTC)
+    item = {"role": "user", "content": "hello", "extra": when}
+    assert counter.count_item(item) == counter.count_item(dict(item)) > 0
+    assert len(counter._cache) == 1
+
+
 def test_cache_is_bounded() -> None:
     counter = TokenCounter(cache_size=10)
     for i in range(25):

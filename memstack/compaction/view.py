@@ -19,7 +19,7 @@ import enum
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, overload
 
 from memstack.compaction.records import (
     Anchors,
@@ -41,6 +41,41 @@ Item = dict[str, Any]
 class Need(enum.Enum):
     MORE = "more"
     SIZE = "size"
+
+
+class LazyHashes(Sequence[str | None]):
+    """``item_hash`` per window entry (None for records), computed only where asked.
+
+    A read resolves a record from a handful of anchor hashes; hashing every item (a
+    canonical ``json.dumps`` each) cost a seventh of a stack read for nothing.
+    """
+
+    __slots__ = ("_window", "_known")
+
+    def __init__(self, window: Sequence[Item]) -> None:
+        self._window = window
+        self._known: dict[int, str | None] = {}
+
+    def __len__(self) -> int:
+        return len(self._window)
+
+    @overload
+    def __getitem__(self, index: int) -> str | None: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[str | None]: ...
+    def __getitem__(self, index: int | slice) -> str | None | list[str | None]:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        if index < 0:
+            index += len(self._window)
+        if index not in self._known:
+            entry = self._window[index]
+            self._known[index] = None if is_record(entry) else item_hash(entry)
+        return self._known[index]
+
+    def is_item(self, index: int) -> bool:
+        """True for a history item, False for a compaction record; hashes nothing."""
+        return not is_record(self._window[index])
 
 
 @dataclass(frozen=True)
@@ -81,9 +116,9 @@ def resolve(
     ``trust_first``: for a store that cannot count, take a first covered item beyond the
     window as present rather than asking for the whole store (see the layer's docs).
     """
-    hashes = [None if is_record(entry) else item_hash(entry) for entry in window]
+    hashes = LazyHashes(window)
     for r in range(len(window) - 1, -1, -1):
-        if hashes[r] is not None:
+        if hashes.is_item(r):
             continue
         try:
             record = parse_record(window[r])
@@ -119,15 +154,13 @@ def resolve(
     return _resolution(window, hashes, None, -1, -1, reach=0)
 
 
-def _locate(
-    hashes: Sequence[str | None], r: int, anchors: Anchors, complete: bool
-) -> int | Need | None:
+def _locate(hashes: LazyHashes, r: int, anchors: Anchors, complete: bool) -> int | Need | None:
     """Window index of the record's last covered item, or None when it is gone.
 
     The anchor is exactly ``after`` items before the record (older records between them
     do not count): a popped, replaced or expired item there means the record is void.
     """
-    before = [i for i in range(r) if hashes[i] is not None]
+    before = [i for i in range(r) if hashes.is_item(i)]
     if len(before) <= anchors.after:
         return None if complete else Need.MORE
     p = before[-(anchors.after + 1)]
@@ -139,12 +172,12 @@ def _locate(
 
 def _resolution(
     window: Sequence[Item],
-    hashes: Sequence[str | None],
+    hashes: LazyHashes,
     record: Record | None,
     record_index: int,
     anchor_index: int,
     *,
     reach: int,
 ) -> Resolution:
-    raw = tuple(i for i in range(anchor_index + 1, len(window)) if hashes[i] is not None)
+    raw = tuple(i for i in range(anchor_index + 1, len(window)) if hashes.is_item(i))
     return Resolution(window, hashes, record, record_index, anchor_index, raw, reach)

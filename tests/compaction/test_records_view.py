@@ -198,3 +198,21 @@ def test_choose_stop_keeps_turns_fits_target_and_never_covers_an_open_call() -> 
     assert choose_stop(items, ones, keep_last_turns=0, target=None) == 12
     # A call whose output is not stored yet is never covered.
     assert choose_stop(items[:10], [1] * 10, keep_last_turns=0, target=None) == 9
+
+
+def test_a_read_hashes_only_what_locates_the_record(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Resolving hashes the record's anchors, not every item the read brought back."""
+    import memstack.compaction.view as view_module
+
+    items = sample_items(400)
+    stored = [*items[:300], compaction(items[:300], 200), *items[300:]]
+    hashed: list[int] = []
+
+    def counting_hash(item: dict[str, Any]) -> str:
+        hashed.append(1)
+        return item_hash(item)
+
+    monkeypatch.setattr(view_module, "item_hash", counting_hash)
+    seen = view(stored)
+    assert seen[len(SUMMARY) :] == items[200:]
+    assert 0 < len(hashed) < 120  # the anchor, the first covered item, the 100 after it
