@@ -1,13 +1,13 @@
 """memstack: composable session layers for the OpenAI Agents SDK.
 
-    from memstack import LayerSpec, build_stack, from_recipe, open_backend
+from memstack import LayerSpec, build_stack, from_recipe, open_backend
 
-    store = open_backend("sqlite:///chat.db", "user-42")
-    session = build_stack(
-        store, [LayerSpec("ttl", {"ttl": 86400}), LayerSpec("window", {"max_turns": 20})]
-    )
-    # or: session = from_recipe("recipes/dev-sqlite.toml", session_id="user-42")
-    # await Runner.run(agent, "Hello", session=session)
+store = open_backend("sqlite:///chat.db", "user-42")
+session = build_stack(
+    store, [LayerSpec("ttl", {"ttl": 86400}), LayerSpec("window", {"max_turns": 20})]
+)
+# or: session = from_recipe("recipes/dev-sqlite.toml", session_id="user-42")
+# await Runner.run(agent, "Hello", session=session)
 """
 
 from memstack.backends import (

@@ -1,10 +1,10 @@
 """Plain-text tables for the command line.
 
-    >>> print(table(["name", "n"], [("a", 1), ("bb", 22)]))
-    name  n
-    ----  --
-    a     1
-    bb    22
+>>> print(table(["name", "n"], [("a", 1), ("bb", 22)]))
+name  n
+----  --
+a     1
+bb    22
 """
 
 from __future__ import annotations

@@ -33,9 +33,7 @@ __all__ = [
 ]
 
 _write_time: ContextVar[float | None] = ContextVar("memstack_write_time", default=None)
-_collector: ContextVar[list[float | None] | None] = ContextVar(
-    "memstack_write_times", default=None
-)
+_collector: ContextVar[list[float | None] | None] = ContextVar("memstack_write_times", default=None)
 
 
 @contextmanager

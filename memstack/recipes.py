@@ -232,6 +232,7 @@ def _resolve_secret(
 
     With ``resolve=False`` a generated stand-in replaces it: nothing secret is read.
     """
+
     def inner(v: Any, field: str) -> Any:
         return _resolve_secret(v, source=source, where=where, field=field, resolve=resolve)
 

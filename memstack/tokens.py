@@ -30,7 +30,7 @@ import marshal
 import threading
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from tiktoken.model import encoding_name_for_model
 
@@ -110,9 +110,10 @@ def _count_key(item: Mapping[str, Any]) -> bytes:
     counted again); values marshal cannot write fall back to the canonical digest.
     """
     try:
-        return hashlib.blake2b(marshal.dumps(item, 2), digest_size=16).digest()
+        data = marshal.dumps(cast("dict[str, Any]", item), 2)
     except ValueError:
         return item_digest(item)
+    return hashlib.blake2b(data, digest_size=16).digest()
 
 
 class TokenCounter:

@@ -40,6 +40,7 @@ Predicate = Callable[[Item], bool]
 # session's own ``session_settings.limit`` and silently return only part of it.
 READ_ALL = 2**31 - 1
 
+
 class StorageCapabilities(ABC):
     """Range and predicate operations on one session's stored items, oldest first."""
 

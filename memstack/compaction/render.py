@@ -103,8 +103,9 @@ def _call_text(item: Item) -> str:
     return f"{name}({args})"
 
 
-def render_item(item: Item, names: Mapping[tuple[str, str], str], max_output_chars: int | None
-                ) -> str:
+def render_item(
+    item: Item, names: Mapping[tuple[str, str], str], max_output_chars: int | None
+) -> str:
     """One item as transcript text; ``names`` maps a call's pair key to its tool name."""
     kind = item_type(item)
     key = pair_key(item)

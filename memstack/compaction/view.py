@@ -50,7 +50,7 @@ class LazyHashes(Sequence[str | None]):
     canonical ``json.dumps`` each) cost a seventh of a stack read for nothing.
     """
 
-    __slots__ = ("_window", "_known")
+    __slots__ = ("_known", "_window")
 
     def __init__(self, window: Sequence[Item]) -> None:
         self._window = window
@@ -63,7 +63,7 @@ class LazyHashes(Sequence[str | None]):
     def __getitem__(self, index: int) -> str | None: ...
     @overload
     def __getitem__(self, index: slice) -> list[str | None]: ...
-    def __getitem__(self, index: int | slice) -> str | None | list[str | None]:
+    def __getitem__(self, index: int | slice) -> str | list[str | None] | None:
         if isinstance(index, slice):
             return [self[i] for i in range(*index.indices(len(self)))]
         if index < 0:

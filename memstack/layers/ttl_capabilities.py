@@ -48,6 +48,7 @@ class RetentionLayer(Protocol):
 
     async def expired_now(self) -> Predicate | None: ...
 
+
 __all__ = ["TTLCapabilities"]
 
 _ATTEMPTS = 5  # re-reads when other writers change the oldest records meanwhile

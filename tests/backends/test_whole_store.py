@@ -20,8 +20,6 @@ def _ids() -> tuple[str, str]:
     return f"ann-{tag}:t1", f"bob-{tag}:t1"
 
 
-
-
 async def _side_store(store: Store):  # type: ignore[no-untyped-def]
     ann, bob = _ids()
     a, b = store.open(ann), store.open(bob)

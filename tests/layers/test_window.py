@@ -719,9 +719,7 @@ async def test_budget_holds_inside_agent_loops_on_coding_transcripts() -> None:
             for view in (await window.get_items(), window.filter_model_input(items[:point])):
                 assert history_problems(view) == []
                 newest = split_units(view)[-1]
-                without = counter().count_items(view) - counter().count_items(
-                    view[newest.start :]
-                )
+                without = counter().count_items(view) - counter().count_items(view[newest.start :])
                 assert without <= budget, (record["id"], point, without)
                 largest = max(largest, counter().count_items(view))
                 checked += 1
