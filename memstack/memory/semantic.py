@@ -5,8 +5,11 @@
     >>> store = MemoryStore.from_url("sqlite://:memory:", embedder=HashingEmbedder())
 
 ``MemoryStore`` owns the transaction; this module owns the vectors table and the per-scope
-in-process indexes (``memstack.memory.vectors``), and fuses the two rankings with
-reciprocal-rank fusion, which needs no calibration between BM25 scores and cosines.
+in-process indexes (``memstack.memory.vectors``), and fuses the two rankings by a
+weighted sum of normalised scores: BM25 divided by the best BM25 of the query, cosine
+min-max scaled over the nearest hits. Unlike reciprocal-rank fusion it keeps how far
+ahead a hit is, not only its rank: on LoCoMo it recalled 81.5% of the evidence at 1,000
+tokens where rank fusion recalled 79.9% (``benchmarks/README.md``).
 """
 
 from __future__ import annotations
@@ -24,21 +27,37 @@ from memstack.memory.models import Memory
 from memstack.memory.schema import Tables
 from memstack.memory.vectors import Embedder, VectorIndex, decode, encode
 
-__all__ = ["SemanticIndex", "delete_vectors", "reciprocal_rank_fusion", "reseal_vectors"]
+__all__ = ["SemanticIndex", "delete_vectors", "fuse_scores", "reseal_vectors"]
 
 _LAYER = "MemoryStore"
-# The usual RRF constant: a rank-1 hit in one list weighs about as much as rank 3 in both.
-_RRF_K = 60
+# Equal weight to words and meaning, not tuned. Measured on LoCoMo (evidence recall at
+# 1,000 tokens, MiniLM): weight 0.3 gave 81.7%, 0.5 81.5%, 0.7 74.2%.
+SEMANTIC_WEIGHT = 0.5
 _SCOPES = 64  # indexes kept in memory (the least recently used scope is dropped)
 
 
-def reciprocal_rank_fusion(*rankings: Sequence[str]) -> dict[str, float]:
-    """Each id's summed ``1 / (k + rank)`` over the rankings it appears in."""
-    fused: dict[str, float] = {}
-    for ranking in rankings:
-        for rank, memory_id in enumerate(ranking, start=1):
-            fused[memory_id] = fused.get(memory_id, 0.0) + 1.0 / (_RRF_K + rank)
-    return fused
+def fuse_scores(
+    lexical: Mapping[str, float],
+    nearest: Sequence[tuple[str, float]],
+    *,
+    weight: float = SEMANTIC_WEIGHT,
+) -> dict[str, float]:
+    """Each id's ``(1 - weight) * words + weight * meaning``, both scaled to [0, 1].
+
+    ``lexical``: BM25 totals; ``nearest``: (id, cosine) of the vector hits. An id missing
+    from one side scores 0 there. The best BM25 maps to 1; cosines are min-max scaled
+    over the hits (their absolute level varies by model and query; their spread does not).
+    """
+    best = max(lexical.values(), default=0.0)
+    words = {i: score / best for i, score in lexical.items()} if best > 0 else {}
+    high = max((cosine for _, cosine in nearest), default=0.0)
+    low = min((cosine for _, cosine in nearest), default=0.0)
+    spread = high - low
+    meaning = {i: (cosine - low) / spread if spread > 0 else 1.0 for i, cosine in nearest}
+    return {
+        i: (1 - weight) * words.get(i, 0.0) + weight * meaning.get(i, 0.0)
+        for i in {*words, *meaning}
+    }
 
 
 class SemanticIndex:
@@ -84,10 +103,10 @@ class SemanticIndex:
 
     async def nearest(
         self, conn: AsyncConnection, scope: str, query: Sequence[float], k: int
-    ) -> list[str]:
-        """Ids of the ``k`` nearest stored vectors (live or not: the caller filters)."""
+    ) -> list[tuple[str, float]]:
+        """The ``k`` nearest stored vectors' ids and cosine similarities (live or not)."""
         index = await self._refreshed(conn, scope)
-        return [memory_id for memory_id, _ in index.nearest(query, k)]
+        return index.nearest(query, k)
 
     async def _refreshed(self, conn: AsyncConnection, scope: str) -> VectorIndex:
         index = self._indexes.pop(scope, None) or VectorIndex()

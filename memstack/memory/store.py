@@ -53,7 +53,7 @@ from memstack.memory.schema import SCHEMA_VERSION, Tables, tables
 from memstack.memory.semantic import (
     SemanticIndex,
     delete_vectors,
-    reciprocal_rank_fusion,
+    fuse_scores,
     reseal_vectors,
 )
 from memstack.memory.text import term_counts
@@ -530,7 +530,7 @@ class MemoryStore:
         """Live memories matching ``query``, best first, with their fused scores.
 
         Full-text (BM25) ranks by shared words; with an embedder, the nearest vectors form
-        a second ranking, and the two are fused by reciprocal rank. Either way the score
+        a second ranking, and the two scores are fused (``fuse_scores``). Either way the score
         is then weighed by precedence (source, confidence, verification, age).
         """
         _check_scope(scope)
@@ -547,11 +547,12 @@ class MemoryStore:
                 if query_terms:
                     by_words = list(await self.index.ranked(conn, scope, query_terms, limit, now))
                     by_words.sort(key=lambda row: -float(row.total))
-                near: list[str] = []
+                near: list[tuple[str, float]] = []
                 by_meaning: list[Row[Any]] = []
                 if semantic is not None and query_vector is not None:
                     near = await semantic.nearest(conn, scope, query_vector, 2 * limit)
-                    by_meaning = await self._live_rows(conn, scope, near, by_words, now)
+                    near_ids = [memory_id for memory_id, _ in near]
+                    by_meaning = await self._live_rows(conn, scope, near_ids, by_words, now)
         rows = [*by_words, *by_meaning]
         if not rows:
             return []
@@ -560,10 +561,11 @@ class MemoryStore:
             best = float(by_words[0].total)
             relevance = {row.id: float(row.total) / best for row in by_words}
         else:
-            fused = reciprocal_rank_fusion(
-                [row.id for row in by_words], [i for i in near if i in memories]
+            fused = fuse_scores(
+                {row.id: float(row.total) for row in by_words},
+                [(i, cosine) for i, cosine in near if i in memories],
             )
-            top = max(fused.values())
+            top = max(fused.values()) or 1.0
             relevance = {memory_id: score / top for memory_id, score in fused.items()}
         wanted = set(kinds) if kinds else None
         scored = [

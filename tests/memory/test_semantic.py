@@ -12,7 +12,7 @@ from sqlalchemy import func, select
 from memstack.crypto import Keyring, generate_key
 from memstack.errors import ConfigurationError
 from memstack.memory import HashingEmbedder, MemoryStore, MiniLMEmbedder
-from memstack.memory.semantic import reciprocal_rank_fusion
+from memstack.memory.semantic import fuse_scores
 from memstack.recipes import load_recipe
 from memstack.testing import FakeClock
 
@@ -104,17 +104,24 @@ async def test_semantic_hits_fill_in_where_words_miss(tmp_path: Path) -> None:
     store = MemoryStore.from_url(f"sqlite:///{tmp_path / 'h.db'}", embedder=HashingEmbedder())
     await store.remember("ana", "Ana is vegetarian")
     await store.remember("ana", "Ana lives in Lisbon")
-    # Both rankings (words, vectors) agree on the first memory; scores stay in (0, 1].
+    # Both rankings (words, vectors) agree on the first memory; scores stay in [0, 1]
+    # (0: the weakest vector hit, sharing no word with the query).
     found = await store.search("ana", "vegetarians", limit=5)
-    assert found[0][0].text == "Ana is vegetarian"
-    assert all(0 < score <= 1 for _, score in found)
+    assert found[0][0].text == "Ana is vegetarian" and found[0][1] > found[-1][1]
+    assert all(0 <= score <= 1 for _, score in found)
     await store.close()
 
 
-def test_reciprocal_rank_fusion_rewards_agreement() -> None:
-    fused = reciprocal_rank_fusion(["a", "b", "c"], ["b", "d"])
-    assert max(fused, key=fused.__getitem__) == "b"
-    assert fused["a"] > fused["c"] and set(fused) == {"a", "b", "c", "d"}
+def test_fusion_rewards_agreement_and_keeps_margins() -> None:
+    words = {"a": 9.0, "b": 6.0, "c": 1.0}
+    fused = fuse_scores(words, [("b", 0.62), ("d", 0.60), ("e", 0.20)])
+    assert max(fused, key=fused.__getitem__) == "b"  # found by both
+    assert set(fused) == {"a", "b", "c", "d", "e"}
+    assert fused["a"] == 0.5 and fused["e"] == 0.0  # best words only; weakest hit only
+    # Margins count, not only ranks: a near-tie in meaning does not outweigh a large lead
+    # in words, which rank fusion (1/(60+rank)) would treat as the same one-place gap.
+    assert fused["a"] > fused["d"]
+    assert fuse_scores({}, [("x", 0.3)]) == {"x": 0.5}  # one hit: no spread to scale by
 
 
 class _Short:
