@@ -37,6 +37,7 @@ from memstack.history import (
     split_units,
 )
 from memstack.layers import window as window_module
+from memstack.layers import window_policy
 from memstack.testing import CONTRACT_CHECKS, InMemorySession, ScriptedModel, ToolCall, sample_items
 from memstack.testing.conversation import get_weather
 
@@ -297,11 +298,11 @@ def test_the_answer_does_not_depend_on_how_much_was_read(
         whole._read_hint = 10**6
         # The smallest first read, so that most answers need several reads.
         small_reads = {"_MIN_READ": 1, "_READ_SLACK": 1}
-        with mock.patch.multiple(
-            window_module,
-            _MAX_ANCHOR_LOOKBACK=anchor_lookback,
-            _ANCHOR_HORIZON=horizon,
-            **small_reads,
+        with (
+            mock.patch.multiple(
+                window_policy, _MAX_ANCHOR_LOOKBACK=anchor_lookback, _ANCHOR_HORIZON=horizon
+            ),
+            mock.patch.multiple(window_module, **small_reads),
         ):
             return await small.get_items(), await whole.get_items()  # type: ignore[return-value]
 
