@@ -35,15 +35,16 @@ from pydantic import (
 from memstack.errors import ConfigurationError
 
 __all__ = [
+    "BatchSize",
     "Count",
+    "Duration",
     "Flag",
     "Fraction",
     "MaybeCount",
+    "MaybeDuration",
     "MaybeFraction",
-    "MaybeSeconds",
+    "MaybePositiveDuration",
     "Options",
-    "PositiveSeconds",
-    "Seconds",
     "Size",
     "must_be_callable",
 ]
@@ -115,6 +116,15 @@ def _at_least(low: float, *, strict: bool = False) -> Callable[[Any], Any]:
     return bounded
 
 
+def _up_to(high: int) -> Callable[[int], int]:
+    def bounded(value: int) -> int:
+        if value > high:
+            raise ValueError("out of range")
+        return value
+
+    return bounded
+
+
 def _between(low: float, high: float) -> Callable[[Any], Any]:
     def bounded(value: Any) -> Any:
         if value is not None and not low < value < high:
@@ -136,6 +146,13 @@ MaybeCount = Annotated[
 Size = Annotated[
     int, BeforeValidator(_int), AfterValidator(_at_least(0)), Field(description="an int >= 0")
 ]
+BatchSize = Annotated[
+    int,
+    BeforeValidator(_int),
+    AfterValidator(_at_least(1)),
+    AfterValidator(_up_to(10_000)),
+    Field(description="an int from 1 to 10000"),
+]
 Fraction = Annotated[
     float,
     BeforeValidator(_number),
@@ -148,19 +165,19 @@ MaybeFraction = Annotated[
     AfterValidator(_between(0, 1)),
     Field(description="None or a number with 0 < x < 1"),
 ]
-Seconds = Annotated[
+Duration = Annotated[
     float,
     BeforeValidator(_seconds),
     AfterValidator(_at_least(0)),
     Field(description="seconds >= 0 (a number or timedelta)"),
 ]
-PositiveSeconds = Annotated[
+MaybePositiveDuration = Annotated[
     float | None,
     BeforeValidator(_maybe(_seconds)),
     AfterValidator(_at_least(0, strict=True)),
     Field(description="seconds > 0 (a number or timedelta) or None"),
 ]
-MaybeSeconds = Annotated[
+MaybeDuration = Annotated[
     float | None,
     BeforeValidator(_maybe(_seconds)),
     AfterValidator(_at_least(0)),

@@ -41,10 +41,11 @@ import math
 import time
 from collections.abc import Callable, Sequence
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Annotated, Any, Self, cast
 
 from agents.memory import Session
 from agents.memory.session_settings import resolve_session_limit
+from pydantic import BeforeValidator, Field, model_validator
 
 from memstack.backends.adapters import capabilities_of
 from memstack.backends.capabilities import (
@@ -68,6 +69,14 @@ from memstack.layers.ttl_policy import (
     unit_anchors,
 )
 from memstack.layers.ttl_record import Stamp, UnknownRecord, read_record, write_record
+from memstack.options import (
+    BatchSize,
+    Duration,
+    MaybeDuration,
+    MaybePositiveDuration,
+    Options,
+    must_be_callable,
+)
 
 if TYPE_CHECKING:
     from agents.items import TResponseInputItem
@@ -86,30 +95,27 @@ _SLACK = 16  # records the next unbounded read adds, for what other writers appe
 _CONTEXT = 4  # stored records a write reads first: the newest one, and any unit left open
 
 
-def _seconds(name: str, value: object, *, positive: bool, layer: str | None) -> float | None:
-    if value is None:
-        return None
-    bound = "> 0" if positive else ">= 0"
-    if isinstance(value, timedelta):
-        seconds = value.total_seconds()
-    elif isinstance(value, int | float) and not isinstance(value, bool):
-        seconds = float(value)
-    else:
-        raise ConfigurationError(
-            f"{name} must be seconds {bound} (a number or timedelta) or None, got {value!r}",
-            layer=layer,
-        )
-    if not math.isfinite(seconds) or seconds < 0 or (positive and seconds == 0):
-        raise ConfigurationError(f"{name} must be seconds {bound}, got {value!r}", layer=layer)
-    return seconds
+class TTLOptions(Options, layer="TTLSession"):
+    ttl: MaybePositiveDuration
+    idle_ttl: MaybePositiveDuration = None
+    clock: Annotated[
+        Callable[[], float],
+        BeforeValidator(must_be_callable),
+        Field(description="a callable returning seconds, like time.time"),
+    ] = time.time
+    purge_every: MaybeDuration = 60.0
+    purge_batch: BatchSize = 200
+
+    @model_validator(mode="after")
+    def _some_limit(self) -> Self:
+        if self.ttl is None and self.idle_ttl is None:
+            raise ValueError("set ttl, idle_ttl or both (seconds > 0)")
+        return self
 
 
-def _batch_size(name: str, value: object, *, layer: str | None) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 10_000:
-        raise ConfigurationError(
-            f"{name} must be an int from 1 to 10000, got {value!r}", layer=layer
-        )
-    return value
+class _PurgeOptions(Options):
+    older_than: Duration
+    batch_size: BatchSize = 500
 
 
 class TTLSession(SessionLayer):
@@ -129,19 +135,17 @@ class TTLSession(SessionLayer):
         purge_batch: int = 200,
     ) -> None:
         super().__init__(inner)
-        name = type(self).__name__
-        self.ttl = _seconds("ttl", ttl, positive=True, layer=name)
-        self.idle_ttl = _seconds("idle_ttl", idle_ttl, positive=True, layer=name)
-        if self.ttl is None and self.idle_ttl is None:
-            raise ConfigurationError("set ttl, idle_ttl or both (seconds > 0)", layer=name)
-        if not callable(clock):
-            raise ConfigurationError(
-                f"clock must be a callable returning seconds, like time.time; got {clock!r}",
-                layer=name,
-            )
+        options = TTLOptions.check(
+            ttl=ttl,
+            idle_ttl=idle_ttl,
+            clock=clock,
+            purge_every=purge_every,
+            purge_batch=purge_batch,
+        )
+        self.ttl, self.idle_ttl = options.ttl, options.idle_ttl
         self.clock = clock
-        self.purge_every = _seconds("purge_every", purge_every, positive=False, layer=name)
-        self.purge_batch = _batch_size("purge_batch", purge_batch, layer=name)
+        self.purge_every = options.purge_every
+        self.purge_batch = options.purge_batch
         self._last_purge = -math.inf
         # The newest record a read found dead or hidden: the next write purges through it.
         self._through: Any = None
@@ -430,8 +434,7 @@ async def purge_written_before(
     column with the store's own clock and reads no item, so it needs no key. SQL stores
     only; the others keep no per-item write time and raise ``CapabilityError``.
     """
-    seconds = _seconds("older_than", older_than, positive=False, layer=None)
-    if seconds is None:
-        raise ConfigurationError("older_than must be seconds >= 0 (a number or timedelta)")
-    batch = _batch_size("batch_size", batch_size, layer=None)
-    return await capabilities_of(store).delete_written_before(seconds, batch_size=batch)
+    options = _PurgeOptions.check(older_than=older_than, batch_size=batch_size)
+    return await capabilities_of(store).delete_written_before(
+        options.older_than, batch_size=options.batch_size
+    )
