@@ -37,6 +37,7 @@ from memstack.errors import ConfigurationError
 __all__ = [
     "BatchSize",
     "Count",
+    "Counter",
     "Duration",
     "Flag",
     "Fraction",
@@ -44,6 +45,7 @@ __all__ = [
     "MaybeDuration",
     "MaybeFraction",
     "MaybePositiveDuration",
+    "ModelName",
     "Options",
     "Size",
     "must_be_callable",
@@ -192,6 +194,21 @@ def _flag(value: object) -> object:
 
 
 Flag = Annotated[bool, BeforeValidator(_flag), Field(description="True or False")]
+
+
+def _counter(value: object) -> object:
+    if value is not None and not callable(getattr(value, "count_item", None)):
+        raise ValueError("no count_item")
+    return value
+
+
+#: A token counter: ``memstack.tokens.TokenCounter`` or anything with ``count_item(item)``.
+Counter = Annotated[
+    Any,
+    BeforeValidator(_counter),
+    Field(description="None or an object with a count_item(item) method"),
+]
+ModelName = Annotated[str | None, Field(description="None or a model name")]
 
 
 def must_be_callable(value: object) -> object:

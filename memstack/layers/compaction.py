@@ -53,11 +53,12 @@ import logging
 import warnings
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Self
 
 import aiologic
 from agents.memory import OpenAIConversationsSession
 from agents.memory.session_settings import resolve_session_limit
+from pydantic import Field, model_validator
 
 from memstack.backends.adapters import capabilities_of
 from memstack.base import SessionLayer
@@ -77,6 +78,7 @@ from memstack.errors import (
     SummarizerError,
 )
 from memstack.history import stored_items
+from memstack.options import Counter, ModelName, Options, Size
 from memstack.tokens import ItemCounter, TokenCounter
 
 if TYPE_CHECKING:
@@ -91,6 +93,22 @@ logger = logging.getLogger("memstack.compaction")
 Item = dict[str, Any]
 Strategy = Mask | Compactor
 _FIRST_READ = 32
+
+
+class CompactionOptions(Options, layer="CompactionSession"):
+    keep_last_turns: Size = 1
+    mode: Annotated[Literal["append", "rewrite"], Field(description="'append' or 'rewrite'")] = (
+        "append"
+    )
+    on_error: Annotated[Literal["warn", "raise"], Field(description="'warn' or 'raise'")] = "warn"
+    counter: Counter = None
+    model: ModelName = None
+
+    @model_validator(mode="after")
+    def _one_counter(self) -> Self:
+        if self.model is not None and self.counter is not None:
+            raise ValueError("pass model or counter, not both")
+        return self
 
 
 class CompactionSession(SessionLayer):
@@ -138,27 +156,14 @@ class CompactionSession(SessionLayer):
                 "Mask alone applies on every read",
                 layer=name,
             )
-        if (
-            isinstance(keep_last_turns, bool)
-            or not isinstance(keep_last_turns, int)
-            or (keep_last_turns < 0)
-        ):
-            raise ConfigurationError(
-                f"keep_last_turns must be an int >= 0, got {keep_last_turns!r}", layer=name
-            )
-        if mode not in ("append", "rewrite"):
-            raise ConfigurationError(
-                f"mode must be 'append' or 'rewrite', got {mode!r}", layer=name
-            )
-        if on_error not in ("warn", "raise"):
-            raise ConfigurationError(
-                f"on_error must be 'warn' or 'raise', got {on_error!r}", layer=name
-            )
-        if model is not None and counter is not None:
-            raise ConfigurationError("pass model or counter, not both", layer=name)
-        if counter is not None and not callable(getattr(counter, "count_item", None)):
-            raise ConfigurationError("counter must have a count_item(item) method", layer=name)
-        if mode == "rewrite":
+        options = CompactionOptions.check(
+            keep_last_turns=keep_last_turns,
+            mode=mode,
+            on_error=on_error,
+            counter=counter,
+            model=model,
+        )
+        if options.mode == "rewrite":
             if self.compactor is None:
                 raise ConfigurationError(
                     "mode='rewrite' needs Summarize or ResponsesCompact", layer=name
@@ -182,9 +187,9 @@ class CompactionSession(SessionLayer):
                 layer=name,
             )
         self.trigger = trigger
-        self.keep_last_turns = keep_last_turns
-        self.mode: Literal["append", "rewrite"] = mode
-        self.on_error: Literal["warn", "raise"] = on_error
+        self.keep_last_turns = options.keep_last_turns
+        self.mode: Literal["append", "rewrite"] = options.mode
+        self.on_error: Literal["warn", "raise"] = options.on_error
         self.counter: ItemCounter = counter if counter is not None else TokenCounter(model)
         # Thread-safe and bound to no event loop: the SDK lets threads, each with its own
         # loop (Runner.run_sync in workers), share one session, so a stack must allow it.

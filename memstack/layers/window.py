@@ -23,14 +23,22 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Annotated, Any, Self
 
 from agents.memory.session_settings import resolve_session_limit
-from pydantic import BeforeValidator, Field, model_validator
+from pydantic import Field, model_validator
 
 from memstack.backends.adapters import capabilities_of
 from memstack.base import SessionLayer
 from memstack.errors import CapabilityError
 from memstack.history import is_pinned, stored_items
 from memstack.layers.window_policy import Align, Budget, Tail
-from memstack.options import Flag, MaybeCount, MaybeFraction, Options, Size
+from memstack.options import (
+    Counter,
+    Flag,
+    MaybeCount,
+    MaybeFraction,
+    ModelName,
+    Options,
+    Size,
+)
 from memstack.tokens import ItemCounter, TokenCounter
 
 if TYPE_CHECKING:
@@ -47,22 +55,12 @@ _MIN_READ = 32
 _READ_SLACK = 16
 
 
-def _counter(value: object) -> object:
-    if value is not None and not callable(getattr(value, "count_item", None)):
-        raise ValueError("no count_item")
-    return value
-
-
 class WindowOptions(Options, layer="SlidingWindowSession"):
     max_items: MaybeCount = None
     max_turns: MaybeCount = None
     max_tokens: MaybeCount = None
-    model: Annotated[str | None, Field(description="None or a model name")] = None
-    counter: Annotated[
-        Any,
-        BeforeValidator(_counter),
-        Field(description="None or an object with a count_item(item) method"),
-    ] = None
+    model: ModelName = None
+    counter: Counter = None
     align: Annotated[Align, Field(description="'turn' or 'unit'")] = "turn"
     low_watermark: MaybeFraction = None
     pinned_lookback: Size = 100
