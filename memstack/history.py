@@ -74,39 +74,50 @@ PINNED_MARKER = "memstack_pinned"
 def item_type(item: Item) -> str:
     """The Responses item type; role-only dicts (easy input messages) are messages."""
     kind = item.get("type")
-    return kind if isinstance(kind, str) else "message"
+    return kind if kind.__class__ is str else "message"
 
 
 def is_user_message(item: Item) -> bool:
-    return item_type(item) == "message" and item.get("role") == "user"
+    kind = item.get("type")
+    return (kind is None or kind == "message") and item.get("role") == "user"
 
 
 def is_pinned(item: Item) -> bool:
     """System/developer messages, compaction items and items a layer marked pinned."""
-    if item_type(item) in _PINNED_TYPES or item.get(PINNED_MARKER) is True:
+    if item.get(PINNED_MARKER) is True:
         return True
-    return item_type(item) == "message" and item.get("role") in _PINNED_ROLES
+    kind = item.get("type")
+    if kind is None or kind == "message":
+        return item.get("role") in _PINNED_ROLES
+    return kind in _PINNED_TYPES
+
+
+# Item type -> (pair family, whether it is the output, the key holding its id). The views
+# classify every item several times per read: one lookup instead of a chain of tests.
+_PAIRING: dict[str, tuple[str, bool, str]] = {
+    **{call: (call, False, "call_id") for call in CALL_TO_OUTPUT},
+    "mcp_approval_request": ("mcp_approval_request", False, "id"),
+    **{output: (call, True, "call_id") for call, output in CALL_TO_OUTPUT.items()},
+    "mcp_approval_response": ("mcp_approval_request", True, "approval_request_id"),
+}
 
 
 def pair_key(item: Item) -> tuple[str, str] | None:
     """``(call type, id)`` shared by a tool call and its output, or None for other items."""
-    kind = item_type(item)
-    if kind in CALL_TO_OUTPUT:
-        ident = item.get("id") if kind == "mcp_approval_request" else item.get("call_id")
-        family = kind
-    elif kind in _OUTPUT_TO_CALL:
-        family = _OUTPUT_TO_CALL[kind]
-        if kind == "mcp_approval_response":
-            ident = item.get("approval_request_id")
-        else:
-            ident = item.get("call_id") or item.get("id")
-    else:
+    kind = item.get("type")
+    pairing = _PAIRING.get(kind) if kind.__class__ is str else None
+    if pairing is None:
         return None
+    family, output, field = pairing
+    ident = item.get(field)
+    if output and field == "call_id" and not ident:
+        ident = item.get("id")
     return (family, ident) if isinstance(ident, str) and ident else None
 
 
 def is_output(item: Item) -> bool:
-    return item_type(item) in _OUTPUT_TO_CALL
+    kind = item.get("type")
+    return kind.__class__ is str and kind in _OUTPUT_TO_CALL
 
 
 @dataclass(frozen=True, slots=True)

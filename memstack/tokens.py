@@ -26,14 +26,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import marshal
-import threading
-from collections import OrderedDict
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any, Protocol, cast
+from typing import TYPE_CHECKING, Any, Protocol
 
 from tiktoken.model import encoding_name_for_model
 
+from memstack.content_keys import Memo
 from memstack.errors import ConfigurationError
 from memstack.history import PINNED_MARKER
 from memstack.vocab import OFFLINE_ENCODINGS, load_encoding
@@ -50,6 +48,7 @@ __all__ = [
 ]
 
 DEFAULT_ENCODING = "o200k_base"
+_DIGESTS: Memo[bytes] = Memo(20_000)
 
 _LAYER = "TokenCounter"
 # Keys whose values the model does not read as text.
@@ -96,24 +95,13 @@ def encoding_for_model(model: str) -> str:
 
 
 def item_digest(item: Mapping[str, Any]) -> bytes:
-    """A stable 16-byte digest of an item's content (same in every process)."""
+    """A stable 16-byte digest of an item's content (same in every process), memoised."""
+    return _DIGESTS.get_or_compute(item, _canonical_digest)
+
+
+def _canonical_digest(item: Mapping[str, Any]) -> bytes:
     text = json.dumps(item, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
-
-
-def _count_key(item: Mapping[str, Any]) -> bytes:
-    """A process-local cache key for an item's count: a digest of its marshal bytes.
-
-    Four times cheaper than ``item_digest``'s canonical JSON, which a view read paid for
-    every item it counted. Format 2, because later formats write back-references that
-    depend on reference counts, not content. Key order matters here (a reordered copy is
-    counted again); values marshal cannot write fall back to the canonical digest.
-    """
-    try:
-        data = marshal.dumps(cast("dict[str, Any]", item), 2)
-    except ValueError:
-        return item_digest(item)
-    return hashlib.blake2b(data, digest_size=16).digest()
 
 
 class TokenCounter:
@@ -150,9 +138,7 @@ class TokenCounter:
         self.media_tokens = media_tokens
         self.cache_size = cache_size
         self._encoding: tiktoken.Encoding | None = None
-        self._cache: OrderedDict[bytes, int] = OrderedDict()
-        # One counter may serve threads with their own loops: an LRU update is two steps.
-        self._cache_lock = threading.Lock()
+        self._counts: Memo[int] = Memo(cache_size)
 
     @property
     def encoding(self) -> tiktoken.Encoding:
@@ -167,19 +153,10 @@ class TokenCounter:
 
     def count_item(self, item: Mapping[str, Any]) -> int:
         """Estimated context cost of one input item; cached by content."""
-        key = _count_key(item)
-        with self._cache_lock:
-            cached = self._cache.get(key)
-            if cached is not None:
-                self._cache.move_to_end(key)
-                return cached
-        count = self.item_overhead + self._count_value(item)
-        if self.cache_size:
-            with self._cache_lock:
-                self._cache[key] = count
-                if len(self._cache) > self.cache_size:
-                    self._cache.popitem(last=False)
-        return count
+        return self._counts.get_or_compute(item, self._count_uncached)
+
+    def _count_uncached(self, item: Mapping[str, Any]) -> int:
+        return self.item_overhead + self._count_value(item)
 
     def count_items(self, items: Iterable[Mapping[str, Any]]) -> int:
         return sum(self.count_item(item) for item in items)

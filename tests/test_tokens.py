@@ -297,14 +297,14 @@ def test_values_json_cannot_hold_are_counted_and_cached() -> None:
     when = datetime(2026, 1, 2, tzinfo=UTC)
     item = {"role": "user", "content": "hello", "extra": when}
     assert counter.count_item(item) == counter.count_item(dict(item)) > 0
-    assert len(counter._cache) == 1
+    assert len(counter._counts) == 1
 
 
 def test_cache_is_bounded() -> None:
     counter = TokenCounter(cache_size=10)
     for i in range(25):
         counter.count_item({"role": "user", "content": str(i)})
-    assert len(counter._cache) == 10
+    assert len(counter._counts) == 10
 
 
 def test_tool_schemas(counter: TokenCounter) -> None:

@@ -39,6 +39,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from memstack.content_keys import Memo
+
 __all__ = [
     "RECORD_TYPE",
     "RECORD_VERSION",
@@ -56,6 +58,7 @@ Item = Mapping[str, Any]
 RECORD_TYPE = "memstack.compaction"
 RECORD_VERSION = 1
 _HASH_CHARS = 16  # 64 bits: collisions within one session's history are not a concern
+_HASHES: Memo[str] = Memo(50_000)  # ~10 MB at most
 
 
 class RecordFormatError(ValueError):
@@ -63,7 +66,15 @@ class RecordFormatError(ValueError):
 
 
 def item_hash(item: Item) -> str:
-    """Short content hash of one item (canonical JSON, SHA-256)."""
+    """Short content hash of one item (canonical JSON, SHA-256), stable across processes.
+
+    Memoised by a process-local content key: every read checks anchors over items it has
+    mostly hashed before, and canonical JSON costs four times the key.
+    """
+    return _HASHES.get_or_compute(item, _canonical_hash)
+
+
+def _canonical_hash(item: Item) -> str:
     canonical = json.dumps(item, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     # surrogatepass: a lone surrogate stored before validation existed must not crash reads.
     return hashlib.sha256(canonical.encode("utf-8", "surrogatepass")).hexdigest()[:_HASH_CHARS]
