@@ -42,7 +42,7 @@ from memstack.memory.schema import Tables
 from memstack.memory.semantic import SemanticIndex, fuse_scores
 from memstack.memory.text import term_counts
 
-__all__ = ["profile", "search", "select_memories"]
+__all__ = ["profile", "scopes", "search", "select_memories"]
 
 _LAYER = "MemoryStore"
 # Standing preferences and facts considered for the profile part of a recall.
@@ -74,6 +74,15 @@ async def select_memories(
                 query = query.order_by(m.c.created_at, m.c.id)
             rows = (await conn.execute(query)).all()
     return [memory_from_row(cipher, row) for row in rows]
+
+
+async def scopes(engine: AsyncEngine, tables: Tables) -> list[str]:
+    """Every scope with a stored memory (live or not), sorted."""
+    m = tables.memories
+    with store_errors(None, layer=_LAYER, doing="listing scopes"):
+        async with engine.connect() as conn:
+            rows = await conn.execute(select(m.c.scope).distinct().order_by(m.c.scope))
+            return [row[0] for row in rows]
 
 
 async def search(

@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import and_, select
+from sqlalchemy import and_
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 import memstack.memory.forgetting as forgetting
@@ -302,11 +302,7 @@ class MemoryStore:
 
     async def scopes(self) -> list[str]:
         await self._prepare()
-        m = self.tables.memories
-        with store_errors(None, layer=_LAYER, doing="listing scopes"):
-            async with self.engine.connect() as conn:
-                rows = await conn.execute(select(m.c.scope).distinct().order_by(m.c.scope))
-                return [row[0] for row in rows]
+        return await reading.scopes(self.engine, self.tables)
 
     async def history(self, memory_id: str) -> list[Event]:
         """Every change to ``memory_id``, oldest first: action, actor, time; never text."""
