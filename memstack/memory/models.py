@@ -27,6 +27,7 @@ __all__ = [
     "Source",
     "check_choice",
     "check_confidence",
+    "check_scope",
 ]
 
 Kind = Literal["preference", "fact", "procedure", "note"]
@@ -49,6 +50,15 @@ def check_confidence(value: object) -> float:
             f"confidence must be a number in [0, 1], not {value!r}", layer="MemoryStore"
         )
     return float(value)
+
+
+def check_scope(scope: object) -> str:
+    if not isinstance(scope, str) or not scope or len(scope) > 255:
+        raise ConfigurationError(
+            f"scope must be a non-empty string of at most 255 characters, not {scope!r}",
+            layer="MemoryStore",
+        )
+    return scope
 
 
 @dataclass(frozen=True, slots=True)

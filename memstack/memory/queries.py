@@ -9,16 +9,26 @@
 Recall runs on every turn, so its two statements skip the expression builder: the same
 portable SQL (SQLite, PostgreSQL, MariaDB) with bound parameters, cached per term count.
 ``ranked`` reads each term's best postings in impact order, sums them per memory, keeps
-the best ``:limit`` and joins them to their live rows, in one round trip.
+the best ``:limit`` and joins them to their live rows, in one round trip. ``live`` is the
+same liveness condition as an expression, for the queries built with SQLAlchemy: the two
+sit side by side so they change together.
 """
 
 from __future__ import annotations
 
 from functools import lru_cache
 
+from sqlalchemy import ColumnElement, Table, and_, or_
+
 from memstack.memory.schema import Tables
 
-__all__ = ["RecallQueries"]
+__all__ = ["RecallQueries", "live"]
+
+
+def live(memories: Table, now: float) -> ColumnElement[bool]:
+    """Neither superseded nor expired at ``now``: what recall may return."""
+    m = memories
+    return and_(m.c.superseded_at.is_(None), or_(m.c.expires_at.is_(None), m.c.expires_at > now))
 
 
 class RecallQueries:

@@ -26,6 +26,7 @@ from memstack.memory.models import Memory
 __all__ = [
     "BM25",
     "HEADER",
+    "CachedCount",
     "Packed",
     "pack",
     "precedence",
@@ -44,6 +45,7 @@ _SOURCE_WEIGHT: Mapping[str, float] = {
 }
 _HALF_LIFE_DAYS = 180.0
 _DAY = 86_400.0
+_TOKEN_CACHE = 50_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,6 +117,27 @@ def render(memories: Sequence[Memory], header: str = HEADER) -> str:
         current = heading
         lines.append(render_line(memory))
     return "\n".join(lines)
+
+
+class CachedCount:
+    """A token counter that counts each text once (default: ``memstack.tokens``)."""
+
+    def __init__(self, count: Callable[[str], int] | None = None) -> None:
+        self.count = count
+        self._cache: dict[str, int] = {}
+
+    def __call__(self, text: str) -> int:
+        # Memories are recalled again and again; counting each text once pays off.
+        cached = self._cache.get(text)
+        if cached is None:
+            if self.count is None:
+                from memstack.tokens import TokenCounter  # tiktoken loads only when needed
+
+                self.count = TokenCounter().count_text
+            if len(self._cache) >= _TOKEN_CACHE:
+                self._cache.clear()
+            cached = self._cache[text] = self.count(text)
+        return cached
 
 
 @dataclass(frozen=True, slots=True)

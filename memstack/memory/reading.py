@@ -1,0 +1,185 @@
+"""Reading memories: select rows, search by words and meaning, pick the standing profile.
+
+    >>> import asyncio
+    >>> from memstack.memory import MemoryStore
+    >>> from memstack.memory.reading import search
+    >>> async def demo():
+    ...     store = MemoryStore.from_url("sqlite://:memory:")
+    ...     await store.remember("ana", "Allergic to peanuts", kind="fact")
+    ...     await store.remember("ana", "Prefers short answers", kind="preference")
+    ...     found = await search(
+    ...         store.engine, store.tables, store.cipher, store.index, None, "ana",
+    ...         "any peanuts allergy?", limit=5, kinds=None, clock=store.clock,
+    ...     )
+    ...     await store.close()
+    ...     return [memory.text for memory, _score in found]
+    >>> asyncio.run(demo())
+    ['Allergic to peanuts']
+
+Ranking happens in two places on purpose: the database finds candidates (full-text in SQL,
+``memstack.memory.fulltext``; nearest vectors, ``memstack.memory.semantic``), then this
+module fuses their scores and weighs them by precedence (``memstack.memory.ranking``),
+which needs fields only the decoded memory has.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from sqlalchemy import and_, select
+from sqlalchemy.engine import Row
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from memstack.backends.translate import store_errors
+from memstack.memory.cipher import MemoryCipher
+from memstack.memory.fulltext import FullTextIndex
+from memstack.memory.models import Memory
+from memstack.memory.queries import live
+from memstack.memory.ranking import precedence
+from memstack.memory.rows import memory_from_row
+from memstack.memory.schema import Tables
+from memstack.memory.semantic import SemanticIndex, fuse_scores
+from memstack.memory.text import term_counts
+
+__all__ = ["profile", "scopes", "search", "select_memories"]
+
+_LAYER = "MemoryStore"
+# Standing preferences and facts considered for the profile part of a recall.
+PROFILE = 50
+
+
+async def select_memories(
+    engine: AsyncEngine,
+    tables: Tables,
+    cipher: MemoryCipher,
+    where: Any,
+    *,
+    now: float | None,
+    newest: int | None = None,
+) -> list[Memory]:
+    """Matching memories oldest first (only live ones at ``now`` unless it is None).
+
+    With ``newest``, only that many most recently updated ones.
+    """
+    m = tables.memories
+    query = select(m).where(where)
+    if newest is not None:
+        query = query.order_by(m.c.updated_at.desc(), m.c.id).limit(newest)
+    if now is not None:
+        query = query.where(live(m, now))
+    with store_errors(None, layer=_LAYER, doing="reading memories"):
+        async with engine.connect() as conn:
+            if newest is None:
+                query = query.order_by(m.c.created_at, m.c.id)
+            rows = (await conn.execute(query)).all()
+    return [memory_from_row(cipher, row) for row in rows]
+
+
+async def scopes(engine: AsyncEngine, tables: Tables) -> list[str]:
+    """Every scope with a stored memory (live or not), sorted."""
+    m = tables.memories
+    with store_errors(None, layer=_LAYER, doing="listing scopes"):
+        async with engine.connect() as conn:
+            rows = await conn.execute(select(m.c.scope).distinct().order_by(m.c.scope))
+            return [row[0] for row in rows]
+
+
+async def search(
+    engine: AsyncEngine,
+    tables: Tables,
+    cipher: MemoryCipher,
+    index: FullTextIndex,
+    semantic: SemanticIndex | None,
+    scope: str,
+    query: str,
+    *,
+    limit: int,
+    kinds: Sequence[str] | None,
+    clock: Callable[[], float],
+) -> list[tuple[Memory, float]]:
+    """Live memories matching ``query``, best first, with their fused, weighed scores."""
+    query_terms = term_counts(query) if isinstance(query, str) else {}
+    semantic = semantic if isinstance(query, str) and query.strip() else None
+    if not query_terms and semantic is None:
+        return []
+    query_vector = (await semantic.embed([query]))[0] if semantic is not None else None
+    now = float(clock())
+    with store_errors(None, layer=_LAYER, doing="searching memories"):
+        async with engine.connect() as conn:
+            by_words: list[Row[Any]] = []
+            if query_terms:
+                by_words = list(await index.ranked(conn, scope, query_terms, limit, now))
+                by_words.sort(key=lambda row: -float(row.total))
+            near: list[tuple[str, float]] = []
+            by_meaning: list[Row[Any]] = []
+            if semantic is not None and query_vector is not None:
+                near = await semantic.nearest(conn, scope, query_vector, 2 * limit)
+                near_ids = [memory_id for memory_id, _ in near]
+                by_meaning = await _live_rows(conn, tables, scope, near_ids, by_words, now)
+    rows = [*by_words, *by_meaning]
+    if not rows:
+        return []
+    memories = {row.id: memory_from_row(cipher, row) for row in rows}
+    if semantic is None:
+        best = float(by_words[0].total)
+        relevance = {row.id: float(row.total) / best for row in by_words}
+    else:
+        fused = fuse_scores(
+            {row.id: float(row.total) for row in by_words},
+            [(i, cosine) for i, cosine in near if i in memories],
+        )
+        top = max(fused.values()) or 1.0
+        relevance = {memory_id: score / top for memory_id, score in fused.items()}
+    wanted = set(kinds) if kinds else None
+    scored = [
+        (memory, relevance[memory_id] * precedence(memory, now=now))
+        for memory_id, memory in memories.items()
+        if wanted is None or memory.kind in wanted
+    ]
+    scored.sort(key=lambda pair: (-pair[1], -pair[0].created_at, pair[0].id))
+    return scored[:limit]
+
+
+async def _live_rows(
+    conn: AsyncConnection,
+    tables: Tables,
+    scope: str,
+    ids: Sequence[str],
+    known: Sequence[Row[Any]],
+    now: float,
+) -> list[Row[Any]]:
+    """The live rows of ``ids`` not already in ``known`` (vector hits may be stale)."""
+    have = {row.id for row in known}
+    missing = [memory_id for memory_id in ids if memory_id not in have]
+    if not missing:
+        return []
+    m = tables.memories
+    query = select(m).where(m.c.scope == scope, m.c.id.in_(missing), live(m, now))
+    return list((await conn.execute(query)).all())
+
+
+async def profile(
+    engine: AsyncEngine,
+    tables: Tables,
+    cipher: MemoryCipher,
+    scope: str,
+    *,
+    exclude: set[str],
+    clock: Callable[[], float],
+) -> list[Memory]:
+    """The scope's standing preferences and facts not in ``exclude``, best first."""
+    m = tables.memories
+    # The most recently updated standing memories; a scope of thousands stays cheap.
+    standing = await select_memories(
+        engine,
+        tables,
+        cipher,
+        and_(m.c.scope == scope, m.c.kind.in_(("preference", "fact"))),
+        now=float(clock()),
+        newest=2 * PROFILE,
+    )
+    now = float(clock())
+    standing = [memory for memory in standing if memory.id not in exclude]
+    standing.sort(key=lambda x: (-precedence(x, now=now), x.id))
+    return standing[:PROFILE]
