@@ -48,6 +48,7 @@ from types import MappingProxyType
 from typing import Any
 
 from memstack.compaction.salient import occurs, salient_tokens
+from memstack.content_keys import Memo
 from memstack.errors import ConfigurationError
 from memstack.history import is_user_message, item_type, pair_key, split_turns
 
@@ -106,6 +107,7 @@ class Mask:
     step: int = 1
     #: Characters of the output's salient tokens appended to its placeholder (0: none).
     keep_names: int = 0
+    _placeholders: Memo[str] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         turns = _nonnegative_int("keep_last_turns", self.keep_last_turns)
@@ -133,13 +135,15 @@ class Mask:
         object.__setattr__(self, "templates", MappingProxyType(dict(self.templates)))
         object.__setattr__(self, "tools", _names("tools", self.tools))
         object.__setattr__(self, "exclude_tools", _names("exclude_tools", self.exclude_tools))
+        object.__setattr__(self, "_placeholders", Memo(20_000))
 
     def __repr__(self) -> str:
         # Only what differs from the defaults: stacks print this in their chain.
         changed = [
             f"{f.name}={getattr(self, f.name)!r}"
             for f in fields(self)
-            if getattr(self, f.name)
+            if f.init
+            and getattr(self, f.name)
             != (f.default_factory() if f.default_factory is not MISSING else f.default)
         ]
         return f"Mask({', '.join(changed)})"
@@ -211,7 +215,13 @@ class Mask:
         size = len(text) if isinstance(text, str) else len(json.dumps(text, default=str))
         if size < self.min_chars:
             return None
-        placeholder = self.placeholder(call, output)
+        # Every read masks the same old outputs again: memoise by what the text depends on.
+        basis = {"call": call, "size": size}
+        if self.keep_names:
+            basis["output"] = text
+        placeholder = self._placeholders.get_or_compute(
+            basis, lambda _: self.placeholder(call, output)
+        )
         if len(placeholder) >= size:
             return None
         return {**output, "output": placeholder}
