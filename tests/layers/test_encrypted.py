@@ -681,7 +681,7 @@ async def test_canary_never_reaches_the_postgres_table() -> None:
         ({"keyring": {"a": KEY}}, "keyring must be a memstack.crypto.Keyring"),
         ({"key": KEY, "compress": "yes"}, "compress must be True or False"),
         ({"key": KEY, "allow_plaintext": 1}, "allow_plaintext must be True or False"),
-        ({"key": KEY, "compress_min_bytes": -1}, "compress_min_bytes must be >= 0"),
+        ({"key": KEY, "compress_min_bytes": -1}, "compress_min_bytes must be an int >= 0"),
         ({"key": KEY, "compress_min_bytes": 1.5}, "compress_min_bytes must be an int"),
         ({"key": KEY, "unreadable": "ignore"}, "unreadable must be 'raise' or 'skip'"),
         ({"key": KEY, "legacy_sdk_key": ""}, "legacy_sdk_key must be"),
