@@ -41,7 +41,7 @@ from memstack.base import SessionLayer, limit_arg
 from memstack.context import collecting_write_times, report_write_times, written_at
 from memstack.crypto.envelope import SessionCipher, is_envelope
 from memstack.crypto.keys import KeyProvider, Keyring
-from memstack.crypto.legacy import SdkEnvelopeReader, is_sdk_envelope
+from memstack.crypto.legacy import SDK_KID, SdkEnvelopeReader, is_sdk_envelope
 from memstack.crypto.reseal import read_stored, reseal
 from memstack.errors import ConfigurationError, DecryptionError
 from memstack.layers.encrypted_capabilities import EncryptedCapabilities
@@ -153,7 +153,7 @@ class EncryptedSession(SessionLayer):
                 raise self._cipher.error(
                     "found an SDK EncryptedSession envelope; pass legacy_sdk_key= to read "
                     "it, and migrate() to re-encrypt it",
-                    "hkdf-v1",
+                    SDK_KID,
                 )
             return self._legacy.open(stored)
         if self.allow_plaintext and isinstance(stored, dict):

@@ -691,6 +691,7 @@ def test_options_are_validated_naming_the_field(options: dict[str, Any], message
     with pytest.raises(ConfigurationError, match=message) as caught:
         EncryptedSession(InMemorySession("s1"), **options)
     assert caught.value.layer == "EncryptedSession"
+    assert KEY not in str(caught.value)  # a misplaced key is never echoed
 
 
 def test_a_provider_without_its_active_key_is_refused_up_front() -> None:
