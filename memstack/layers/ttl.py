@@ -16,9 +16,9 @@ Every item is stored in a record stamped with its write time (``ttl_record``). A
 unit (a tool call and its output, reasoning and what follows it) expires when its oldest
 item does, and an expired record hides everything stored before it, so expiry removes
 the start of a history, whole units at a time, and never punches holes. Reads and
-``pop_item`` only skip; deleting happens in ``purge_expired()`` and, bounded, after a
-write (at most every ``purge_every`` seconds, or when a read saw expired records),
-through the store's capability adapter.
+``pop_item`` only skip; deleting happens in ``purge_expired()`` and, bounded by
+``purge_batch``, after a write at most every ``purge_every`` seconds, through the
+store's capability adapter.
 
 An item stored without a stamp (history written before the layer, or around it) is not
 expired but dated on first sight, by the store's own write time where it keeps one
@@ -147,8 +147,6 @@ class TTLSession(SessionLayer):
         self.purge_every = options.purge_every
         self.purge_batch = options.purge_batch
         self._last_purge = -math.inf
-        # The newest record a read found dead or hidden: the next write purges through it.
-        self._through: Any = None
         self._can_purge = True  # False once the store turned out to be skip-only
         self._hint = _FIRST_READ  # records the next unbounded read starts with
         self._counts_cheaply: bool | None = None  # the generic adapter counts by reading all
@@ -278,8 +276,6 @@ class TTLSession(SessionLayer):
         if limit is not None and limit <= 0:
             return []
         scan = await self.scan(limit, self.forward(wrapper))
-        if scan.hidden is not None:  # dead records are stored: purge on the next write
-            self._through = scan.hidden
         live = scan.view(limit)
         # Layers above that derive data (summaries) learn when their sources expire.
         report_write_times([known_time(stamp) for stamp in live])
@@ -395,16 +391,20 @@ class TTLSession(SessionLayer):
             ) from exc
 
     async def _purge_after_write(self, generation: int, now: float) -> None:
-        """Bounded and best effort: the write already succeeded, so failures only log."""
+        """The expired head of the history, ``purge_batch`` records at most, on schedule.
+
+        Stateless: the store's adapter finds the dead prefix itself (a prefix-only delete
+        stops at the first live record). Best effort: the write already succeeded, so
+        failures only log.
+        """
         if self.purge_every is None or not self._can_purge:
             return
-        through, self._through = self._through, None
-        if through is None and now - self._last_purge < self.purge_every:
+        if now - self._last_purge < self.purge_every:
             return
         self._last_purge = now
         expired = self.expiry.expired(generation, idle=False, now=now)
         try:
-            await self._purge(doomed(through, expired, prefix=True), limit=self.purge_batch)
+            await self._purge(expired, limit=self.purge_batch)
         except CapabilityError as exc:
             self._can_purge = False
             logger.info("%s; skipping expired items only", exc)

@@ -129,6 +129,7 @@ async def test_expired_items_are_deleted_from_the_store(store: Store) -> None:
 
 
 async def test_purge_after_write_is_bounded_and_throttled(store: Store) -> None:
+    """Writes purge on the `purge_every` schedule, `purge_batch` at a time; reads never."""
     clock, session_id = FakeClock(), sid()
     session = TTLSession(
         store.open(session_id), ttl=HOUR, clock=clock, purge_every=600, purge_batch=3
@@ -142,11 +143,15 @@ async def test_purge_after_write_is_bounded_and_throttled(store: Store) -> None:
     await session.add_items([user("b")])  # within the interval: no purge
     assert len(await stored(store, session_id)) == 7
 
-    assert await session.get_items() == [user("a"), user("b")]  # the read saw expired records
-    await session.add_items([user("c")])  # ... so this write purges despite the interval
-    assert len(await stored(store, session_id)) == 8 - 3
-    assert await session.purge_expired() == 2
-    assert contents(await stored(store, session_id)) == [user("a"), user("b"), user("c")]
+    assert await session.get_items() == [user("a"), user("b")]  # expired records hidden…
+    assert len(await stored(store, session_id)) == 7  # …but a read never deletes
+    await session.add_items([user("c")])  # still within the interval: no purge
+    assert len(await stored(store, session_id)) == 8
+    clock.tick(600)
+    await session.add_items([user("d")])  # the interval passed again: the next batch
+    assert len(await stored(store, session_id)) == 9 - 3
+    assert await session.purge_expired() == 2  # everything expired, whatever the schedule
+    assert contents(await stored(store, session_id)) == [user(x) for x in "abcd"]
 
 
 async def test_a_separate_purger_deletes_only_what_expired(sqlite_store: Store) -> None:
