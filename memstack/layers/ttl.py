@@ -24,9 +24,9 @@ An item stored without a stamp (history written before the layer, or around it) 
 expired but dated on first sight, by the store's own write time where it keeps one
 (``adopt``, ``ttl_adoption``).
 
-Derived items (a summary written inside ``memstack.context.written_at``) expire with
-their oldest source and hide nothing else. Reads report each item's stamp to layers
-above through ``memstack.context``.
+Derived items (a summary, written with ``add_derived(items, derived_from=t)``, which
+layers above reach through the capability adapter) expire with their oldest source and
+hide nothing else. The adapter's ``read_tail(n)`` returns each live item with its stamp.
 
 Below encryption (store → TTL → Encrypted) the records wrap envelopes in plaintext, so a
 retention job purges with ``TTLSession(store, ttl=…).purge_expired()`` and no key. Above
@@ -55,7 +55,6 @@ from memstack.backends.capabilities import (
     StorageCapabilities,
 )
 from memstack.base import SessionLayer
-from memstack.context import current_write_time, report_write_times
 from memstack.errors import BackendError, CapabilityError, ConfigurationError
 from memstack.history import is_output
 from memstack.layers.ttl_adoption import adopted_records, through_last_unstamped, unstamped
@@ -64,7 +63,6 @@ from memstack.layers.ttl_policy import (
     Snapshot,
     at_most,
     doomed,
-    known_time,
     shows_open_unit,
     unit_anchors,
 )
@@ -276,22 +274,35 @@ class TTLSession(SessionLayer):
         if limit is not None and limit <= 0:
             return []
         scan = await self.scan(limit, self.forward(wrapper))
-        live = scan.view(limit)
-        # Layers above that derive data (summaries) learn when their sources expire.
-        report_write_times([known_time(stamp) for stamp in live])
-        return cast("list[TResponseInputItem]", [stamp.item for stamp in live])
+        return cast("list[TResponseInputItem]", [stamp.item for stamp in scan.view(limit)])
 
     async def add_items(
         self, items: list[TResponseInputItem], *, wrapper: RunContextWrapper[Any] | None = None
     ) -> None:
-        forward = self.forward(wrapper)
+        await self._write(items, self.forward(wrapper), derived_from=None)
+
+    async def add_derived(
+        self,
+        items: Sequence[Any],
+        *,
+        derived_from: float | None,
+        wrapper: RunContextWrapper[Any] | None = None,
+    ) -> None:
+        """Append items derived from data written at ``derived_from``: they expire with it.
+
+        A summary must not outlive its sources. Its write time stays now: the write is
+        activity all the same. With ``derived_from=None``, the same as ``add_items``.
+        """
+        await self._write(items, self.forward(wrapper), derived_from=derived_from)
+
+    async def _write(
+        self, items: Sequence[Any], forward: dict[str, Any], *, derived_from: float | None
+    ) -> None:
         if not items:  # still the store's call: a closed or broken store says so
             await self.inner.add_items([], **forward)
             return
         now = self.clock()
-        # A layer above may say these items derive from older ones (a summary): they then
-        # expire with those. Their write time stays now: the write is activity all the same.
-        derived = current_write_time()
+        derived = derived_from
         origin = now if derived is None else min(derived, now)
         tail = await self._context(items, forward)
         generation = tail[-1].generation if tail else 0
@@ -329,7 +340,6 @@ class TTLSession(SessionLayer):
             # The newest record was dead, hence not shown; it is deleted now, which
             # retention allows. Anything shown lies below it.
             return await self.pop_item(wrapper=wrapper) if stamp.derived else None
-        report_write_times([known_time(stamp)])
         return cast("TResponseInputItem", stamp.item)
 
     async def _context(self, items: Sequence[Any], forward: dict[str, Any]) -> list[Stamp]:
