@@ -37,7 +37,6 @@ write times: ``purge_written_before(store, older_than=…)``.
 from __future__ import annotations
 
 import logging
-import math
 import time
 from collections.abc import Callable, Sequence
 from datetime import timedelta
@@ -48,28 +47,21 @@ from agents.memory.session_settings import resolve_session_limit
 from pydantic import BeforeValidator, Field, model_validator
 
 from memstack.backends.adapters import capabilities_of
-from memstack.backends.capabilities import (
-    READ_ALL,
-    GenericCapabilities,
-    Predicate,
-    StorageCapabilities,
-)
+from memstack.backends.capabilities import READ_ALL, Predicate, StorageCapabilities
 from memstack.base import SessionLayer
-from memstack.errors import BackendError, CapabilityError, ConfigurationError
+from memstack.errors import CapabilityError
 from memstack.history import is_output
-from memstack.layers.ttl_adoption import adopted_records, through_last_unstamped, unstamped
-from memstack.layers.ttl_policy import (
-    Expiry,
-    Snapshot,
-    at_most,
-    doomed,
-    shows_open_unit,
-    unit_anchors,
+from memstack.layers.ttl_adoption import adopt_history, unstamped
+from memstack.layers.ttl_policy import Expiry, Snapshot, new_records, shows_open_unit
+from memstack.layers.ttl_purge import (
+    PurgeSchedule,
+    delete_records,
+    purge_head,
+    purge_written_before,
 )
-from memstack.layers.ttl_record import Stamp, UnknownRecord, read_record, write_record
+from memstack.layers.ttl_record import Stamp, UnknownRecord, read_record
 from memstack.options import (
     BatchSize,
-    Duration,
     MaybeDuration,
     MaybePositiveDuration,
     Options,
@@ -111,11 +103,6 @@ class TTLOptions(Options, layer="TTLSession"):
         return self
 
 
-class _PurgeOptions(Options):
-    older_than: Duration
-    batch_size: BatchSize = 500
-
-
 class TTLSession(SessionLayer):
     """Hides, then deletes, items older than ``ttl`` and sessions idle for ``idle_ttl``."""
 
@@ -142,14 +129,16 @@ class TTLSession(SessionLayer):
         )
         self.ttl, self.idle_ttl = options.ttl, options.idle_ttl
         self.clock = clock
-        self.purge_every = options.purge_every
+        self.purge_schedule = PurgeSchedule(options.purge_every)
         self.purge_batch = options.purge_batch
-        self._last_purge = -math.inf
-        self._can_purge = True  # False once the store turned out to be skip-only
         self._hint = _FIRST_READ  # records the next unbounded read starts with
         self._counts_cheaply: bool | None = None  # the generic adapter counts by reading all
         self._adopting = True  # False once the store turned out unable to date items in place
         self.expiry = Expiry(self.ttl, self.idle_ttl)
+
+    @property
+    def purge_every(self) -> float | None:
+        return self.purge_schedule.every
 
     def _read(self, value: object) -> Stamp:
         try:
@@ -220,50 +209,15 @@ class TTLSession(SessionLayer):
 
         Runs by itself the first time a read or write meets such an item. An item is
         dated by the store's own write time where the store keeps one (SQL stores), else
-        by now, its first sight. One ``replace_oldest(…, expect=…)`` transaction, read
-        again when the history changed meanwhile. A store without atomic rewrites is
+        by now, its first sight (``ttl_adoption``). A store without atomic rewrites is
         refused unless ``allow_non_atomic=True`` (clear and refill).
         """
-        name = type(self).__name__
-        if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1:
-            raise ConfigurationError(
-                f"max_attempts must be an int >= 1, got {max_attempts!r}",
-                layer=name,
-                session_id=self.session_id,
-            )
-        caps = capabilities_of(self.inner)
-        if not caps.atomic:
-            if not allow_non_atomic:
-                raise CapabilityError(
-                    f"{caps!r} cannot rewrite history atomically, so unstamped items stay "
-                    "undated and never expire; pass allow_non_atomic=True to clear and "
-                    "refill the session with them dated",
-                    layer=name,
-                    session_id=self.session_id,
-                )
-            caps = GenericCapabilities(self.inner, allow_non_atomic=True)
-        for _ in range(max_attempts):
-            stored: list[Any] = list(await self.inner.get_items(limit=READ_ALL))
-            n = through_last_unstamped(stored)
-            if n == 0:
-                return 0
-            try:
-                ages = await caps.write_ages(n)
-            except CapabilityError:
-                ages = None  # the store's dialect has no age: count from first sight
-            records, count = adopted_records(stored[:n], ages=ages, now=self.clock())
-            if await caps.replace_oldest(n, records, expect=stored[:n]):
-                logger.info(
-                    "dated %d unstamped items of session %r (%s)",
-                    count,
-                    self.session_id,
-                    "store write times" if ages is not None else "first seen now",
-                )
-                return count
-        raise CapabilityError(
-            f"history changed during each of {max_attempts} adoption attempts; retry later",
-            layer=name,
-            session_id=self.session_id,
+        return await adopt_history(
+            self.inner,
+            clock=self.clock,
+            allow_non_atomic=allow_non_atomic,
+            max_attempts=max_attempts,
+            layer=type(self).__name__,
         )
 
     # -- the Session protocol -----------------------------------------------------------------
@@ -302,25 +256,22 @@ class TTLSession(SessionLayer):
             await self.inner.add_items([], **forward)
             return
         now = self.clock()
-        derived = derived_from
-        origin = now if derived is None else min(derived, now)
         tail = await self._context(items, forward)
-        generation = tail[-1].generation if tail else 0
-        if tail and self.expiry.idle(tail[-1], now):
-            generation += 1  # the idle history is dead; this write begins the next one
-        records = [
-            write_record(
-                dict(item),
-                written=now,
-                anchor=anchor,
-                generation=generation,
-                derived=derived is not None,
-            )
-            for item, anchor in zip(items, unit_anchors(tail, items, origin), strict=True)
-        ]
+        generation = self.expiry.next_generation(tail, now)
+        records = new_records(
+            tail, items, now=now, generation=generation, derived_from=derived_from
+        )
         await self.inner.add_items(cast("list[TResponseInputItem]", records), **forward)
         self._hint += len(records)
-        await self._purge_after_write(generation, now)
+        await purge_head(
+            self.inner,
+            self.expiry.expired(generation, idle=False, now=now),
+            self.purge_schedule,
+            now=now,
+            batch_size=self.purge_batch,
+            layer=type(self).__name__,
+            session_id=self.session_id,
+        )
 
     async def pop_item(
         self, *, wrapper: RunContextWrapper[Any] | None = None
@@ -361,65 +312,23 @@ class TTLSession(SessionLayer):
         scan the rest. Raises ``CapabilityError`` when the store has no capability
         adapter: there expired items can only be skipped.
         """
-        scan = await self.scan(None, {})
-        if not scan.stored:
+        plan = self.expiry.purge_plan(await self.scan(None, {}), self._read)
+        if plan is None:
             return 0
-        newest, now = self._read(scan.stored[-1]), scan.now
-        expired = self.expiry.expired(
-            newest.generation, idle=self.expiry.idle(newest, now), now=now
+        doomed, prefix = plan
+        return await delete_records(
+            self.inner,
+            doomed,
+            batch_size=self.purge_batch,
+            prefix=prefix,
+            layer=type(self).__name__,
+            session_id=self.session_id,
         )
-        # Derived items that expired among shown ones need a scan past the first shown.
-        first = scan.visible[0] if scan.visible else len(scan.stored)
-        stray = any(expired(value) for value in scan.stored[first:])
-        if scan.hidden is None and not stray:
-            return 0
-        return await self._purge(doomed(scan.hidden, expired, prefix=not stray), prefix=not stray)
 
     async def expired_now(self) -> Predicate | None:
         """A test for stored records that are dead now; None when nothing is stored."""
         newest = await self.inner.get_items(limit=1)
-        if not newest:
-            return None
-        stamp, now = self._read(newest[-1]), self.clock()
-        return self.expiry.expired(stamp.generation, idle=self.expiry.idle(stamp, now), now=now)
-
-    async def _purge(
-        self, doomed: Predicate, *, prefix: bool = True, limit: int | None = None
-    ) -> int:
-        predicate = doomed if limit is None else at_most(limit, doomed)
-        caps = capabilities_of(self.inner)
-        try:
-            return await caps.delete_where(
-                predicate, batch_size=self.purge_batch, prefix_only=prefix
-            )
-        except CapabilityError as exc:
-            raise CapabilityError(
-                f"{caps!r} cannot delete items; TTLSession can only skip expired items on "
-                f"this store (they stay stored): {exc.reason}",
-                layer=type(self).__name__,
-                session_id=self.session_id,
-            ) from exc
-
-    async def _purge_after_write(self, generation: int, now: float) -> None:
-        """The expired head of the history, ``purge_batch`` records at most, on schedule.
-
-        Stateless: the store's adapter finds the dead prefix itself (a prefix-only delete
-        stops at the first live record). Best effort: the write already succeeded, so
-        failures only log.
-        """
-        if self.purge_every is None or not self._can_purge:
-            return
-        if now - self._last_purge < self.purge_every:
-            return
-        self._last_purge = now
-        expired = self.expiry.expired(generation, idle=False, now=now)
-        try:
-            await self._purge(expired, limit=self.purge_batch)
-        except CapabilityError as exc:
-            self._can_purge = False
-            logger.info("%s; skipping expired items only", exc)
-        except BackendError as exc:
-            logger.warning("purge after write failed, retrying later: %s", exc)
+        return self.expiry.expired_after(self._read(newest[-1]), self.clock()) if newest else None
 
     def storage_capabilities(self) -> StorageCapabilities:
         from memstack.layers.ttl_capabilities import TTLCapabilities
@@ -433,18 +342,3 @@ class TTLSession(SessionLayer):
                 options[name] = getattr(self, name)
         options["purge_every"] = self.purge_every
         return options
-
-
-async def purge_written_before(
-    store: Session, *, older_than: Seconds, batch_size: int = 500
-) -> int:
-    """Delete a session's rows its store wrote over ``older_than`` ago; return how many.
-
-    The retention job for TTL above encryption: it compares the store's own write-time
-    column with the store's own clock and reads no item, so it needs no key. SQL stores
-    only; the others keep no per-item write time and raise ``CapabilityError``.
-    """
-    options = _PurgeOptions.check(older_than=older_than, batch_size=batch_size)
-    return await capabilities_of(store).delete_written_before(
-        options.older_than, batch_size=options.batch_size
-    )
