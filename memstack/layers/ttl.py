@@ -32,11 +32,13 @@ Below encryption (store → TTL → Encrypted) the records wrap envelopes in pla
 retention job purges with ``TTLSession(store, ttl=…).purge_expired()`` and no key. Above
 encryption the records are sealed; a job without the key can only use the store's own
 write times: ``purge_written_before(store, older_than=…)``.
+
+This file only wires: ``ttl_policy`` decides (pure), ``ttl_reader`` reads the tail,
+``ttl_purge`` deletes, ``ttl_adoption`` dates, ``ttl_capabilities`` serves layers above.
 """
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Callable, Sequence
 from datetime import timedelta
@@ -46,20 +48,18 @@ from agents.memory import Session
 from agents.memory.session_settings import resolve_session_limit
 from pydantic import BeforeValidator, Field, model_validator
 
-from memstack.backends.adapters import capabilities_of
-from memstack.backends.capabilities import READ_ALL, Predicate, StorageCapabilities
+from memstack.backends.capabilities import Predicate, StorageCapabilities
 from memstack.base import SessionLayer
-from memstack.errors import CapabilityError
-from memstack.history import is_output
-from memstack.layers.ttl_adoption import adopt_history, unstamped
-from memstack.layers.ttl_policy import Expiry, Snapshot, new_records, shows_open_unit
+from memstack.layers.ttl_adoption import adopt_history
+from memstack.layers.ttl_policy import Expiry, Snapshot, new_records
 from memstack.layers.ttl_purge import (
     PurgeSchedule,
     delete_records,
     purge_head,
     purge_written_before,
 )
-from memstack.layers.ttl_record import Stamp, UnknownRecord, read_record
+from memstack.layers.ttl_reader import TailReader
+from memstack.layers.ttl_record import UnknownRecord
 from memstack.options import (
     BatchSize,
     MaybeDuration,
@@ -74,15 +74,8 @@ if TYPE_CHECKING:
 
 __all__ = ["TTLSession", "purge_written_before"]
 
-logger = logging.getLogger("memstack.ttl")
-
 Seconds = float | int | timedelta
 Clock = Callable[[], float]
-
-_FIRST_READ = 256  # records an unbounded read asks for before it knows the history
-_GROWTH = 4  # tail reads grow by this factor; each re-reads the tail, so total <= 4/3 of last
-_SLACK = 16  # records the next unbounded read adds, for what other writers appended
-_CONTEXT = 4  # stored records a write reads first: the newest one, and any unit left open
 
 
 class TTLOptions(Options, layer="TTLSession"):
@@ -131,78 +124,20 @@ class TTLSession(SessionLayer):
         self.clock = clock
         self.purge_schedule = PurgeSchedule(options.purge_every)
         self.purge_batch = options.purge_batch
-        self._hint = _FIRST_READ  # records the next unbounded read starts with
-        self._counts_cheaply: bool | None = None  # the generic adapter counts by reading all
-        self._adopting = True  # False once the store turned out unable to date items in place
         self.expiry = Expiry(self.ttl, self.idle_ttl)
+        self.reader = TailReader(inner, self.expiry, layer=type(self).__name__)
 
     @property
     def purge_every(self) -> float | None:
         return self.purge_schedule.every
 
-    def _read(self, value: object) -> Stamp:
-        try:
-            return read_record(value)
-        except UnknownRecord as exc:
-            raise UnknownRecord(
-                exc.reason, layer=type(self).__name__, session_id=self.session_id
-            ) from exc
-
     async def scan(self, want: int | None, forward: dict[str, Any]) -> Snapshot:
         """Read the tail, growing it, until the newest ``want`` shown records are known."""
-        now = self.clock()
-        size = want + 1 if want is not None else self._hint
-        while True:
-            stored = await self._tail(size, forward)
-            snapshot = self.expiry.resolve(stored, now, whole=len(stored) < size, read=self._read)
-            if snapshot.complete:
-                if want is None:
-                    self._hint = max(_FIRST_READ, len(stored) - snapshot.start + 1 + _SLACK)
-                return snapshot
-            # Enough live records, and the slice is final unless outputs heading the view
-            # could reach into it.
-            shown = snapshot.visible
-            if (
-                want is not None
-                and len(shown) > want
-                and not all(is_output(snapshot.stamp(i).item) for i in shown[:-want])
-            ):
-                return snapshot
-            size = await self._next_size(size)
-
-    async def _next_size(self, size: int) -> int:
-        """How many records the next tail read asks for.
-
-        ``_GROWTH`` times more; or, when the store counts cheaply and holds at most
-        ``_GROWTH`` squared times ``size``, everything at once, saving a round of re-reading.
-        """
-        caps = capabilities_of(self.inner)
-        if self._counts_cheaply is None:
-            self._counts_cheaply = caps.counts_cheaply
-        if self._counts_cheaply and await caps.count() <= size * _GROWTH * _GROWTH:
-            return size * _GROWTH * _GROWTH
-        return size * _GROWTH
+        return await self.reader.scan(want, forward, now=self.clock())
 
     async def snapshot(self) -> Snapshot:
         """The whole stored history, for rewrites that must name what they replace."""
-        stored = await self._tail(READ_ALL, {})
-        return self.expiry.resolve(stored, self.clock(), whole=True, read=self._read)
-
-    async def _tail(self, size: int, forward: dict[str, Any]) -> list[Any]:
-        """The newest ``size`` stored values, after dating any unstamped one among them."""
-        stored = list(await self.inner.get_items(limit=size, **forward))
-        if self._adopting and any(unstamped(value) for value in stored):
-            await self._adopt_on_sight()
-            stored = list(await self.inner.get_items(limit=size, **forward))
-        return stored
-
-    async def _adopt_on_sight(self) -> None:
-        try:
-            await self.adopt()
-        except CapabilityError as exc:
-            if not capabilities_of(self.inner).atomic:
-                self._adopting = False  # skip-only store: unstamped items stay, live
-            logger.info("unstamped items stay undated for now: %s", exc)
+        return await self.reader.snapshot(now=self.clock())
 
     async def adopt(self, *, allow_non_atomic: bool = False, max_attempts: int = 5) -> int:
         """Date every unstamped item (written before this layer, or around it); return how many.
@@ -256,13 +191,13 @@ class TTLSession(SessionLayer):
             await self.inner.add_items([], **forward)
             return
         now = self.clock()
-        tail = await self._context(items, forward)
+        tail = await self.reader.context(items, forward, now=now)
         generation = self.expiry.next_generation(tail, now)
         records = new_records(
             tail, items, now=now, generation=generation, derived_from=derived_from
         )
         await self.inner.add_items(cast("list[TResponseInputItem]", records), **forward)
-        self._hint += len(records)
+        self.reader.wrote(len(records))
         await purge_head(
             self.inner,
             self.expiry.expired(generation, idle=False, now=now),
@@ -281,7 +216,7 @@ class TTLSession(SessionLayer):
         if value is None:
             return None
         try:
-            stamp = self._read(value)
+            stamp = self.reader.read(value)
         except UnknownRecord:
             # Popping must not destroy what could not be read: put it back, then fail.
             await self.inner.add_items([value], **forward)
@@ -293,15 +228,6 @@ class TTLSession(SessionLayer):
             return await self.pop_item(wrapper=wrapper) if stamp.derived else None
         return cast("TResponseInputItem", stamp.item)
 
-    async def _context(self, items: Sequence[Any], forward: dict[str, Any]) -> list[Stamp]:
-        """The stored tail a new batch may continue: the newest record and any open unit."""
-        size = _CONTEXT
-        while True:
-            tail = [self._read(v) for v in await self._tail(size, forward)]
-            if len(tail) < size or shows_open_unit([s.item for s in tail], items):
-                return tail
-            size *= _GROWTH
-
     # -- deleting ---------------------------------------------------------------------------
     async def purge_expired(self) -> int:
         """Delete every stored record the view no longer shows; return how many went.
@@ -312,7 +238,7 @@ class TTLSession(SessionLayer):
         scan the rest. Raises ``CapabilityError`` when the store has no capability
         adapter: there expired items can only be skipped.
         """
-        plan = self.expiry.purge_plan(await self.scan(None, {}), self._read)
+        plan = self.expiry.purge_plan(await self.scan(None, {}), self.reader.read)
         if plan is None:
             return 0
         doomed, prefix = plan
@@ -328,7 +254,9 @@ class TTLSession(SessionLayer):
     async def expired_now(self) -> Predicate | None:
         """A test for stored records that are dead now; None when nothing is stored."""
         newest = await self.inner.get_items(limit=1)
-        return self.expiry.expired_after(self._read(newest[-1]), self.clock()) if newest else None
+        if not newest:
+            return None
+        return self.expiry.expired_after(self.reader.read(newest[-1]), self.clock())
 
     def storage_capabilities(self) -> StorageCapabilities:
         from memstack.layers.ttl_capabilities import TTLCapabilities
