@@ -19,12 +19,12 @@ reachable without attribute forwarding.
 from __future__ import annotations
 
 import functools
-import inspect
 from collections.abc import Awaitable, Callable, Coroutine, Iterator
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar, cast
 
 from agents.memory import Session, SessionSettings, is_openai_responses_compaction_aware_session
 
+from memstack.backends.capabilities import accepts_wrapper
 from memstack.backends.translate import store_errors
 from memstack.errors import ConfigurationError
 from memstack.history import reading_as_stored, stored_history, valid_view, validate_items
@@ -48,19 +48,6 @@ __all__ = [
 T = TypeVar("T")
 
 _SESSION_METHODS = ("get_items", "add_items", "pop_item", "clear_session")
-
-
-def _takes_wrapper(session: object) -> bool:
-    """True when all four methods declare ``wrapper`` (the SDK's own opt-in rule)."""
-    for name in _SESSION_METHODS:
-        try:
-            params = inspect.signature(getattr(session, name)).parameters
-        except (AttributeError, TypeError, ValueError):
-            return False
-        param = params.get("wrapper")
-        if param is None or param.kind not in (param.POSITIONAL_OR_KEYWORD, param.KEYWORD_ONLY):
-            return False
-    return True
 
 
 def limit_arg(limit: int | None) -> dict[str, int]:
@@ -138,7 +125,7 @@ class SessionLayer:
             inner.on_top = False
         # Read once from the store: a stack has one session id, never passed twice.
         self.session_id: str = inner.session_id
-        self._inner_takes_wrapper = _takes_wrapper(inner)
+        self._inner_takes_wrapper = accepts_wrapper(inner)
 
     # -- identity -----------------------------------------------------------------------
     @property
@@ -191,15 +178,17 @@ class SessionLayer:
     def storage_capabilities(self) -> StorageCapabilities:
         """What the store below can do, as seen through this layer.
 
-        A layer that keeps items unchanged shares the store's capabilities; one that
-        transforms them falls back to the generic adapter over its own Session methods
-        unless it provides a translating adapter.
+        A layer that keeps items unchanged shares the store's capabilities (a view reads
+        its tail through itself); one that transforms them falls back to the generic
+        adapter over its own Session methods unless it provides a translating adapter.
         """
         from memstack.backends.adapters import capabilities_of
-        from memstack.backends.capabilities import GenericCapabilities
+        from memstack.backends.capabilities import GenericCapabilities, ViewCapabilities
 
         if self.transforms_items:
             return GenericCapabilities(self)
+        if self.view_only:
+            return ViewCapabilities(self, capabilities_of(self.inner))
         return capabilities_of(self.inner)
 
     # -- walking the chain --------------------------------------------------------------

@@ -10,12 +10,22 @@ Layers ask ``capabilities_of(session)`` (``memstack.backends.adapters``) instead
 which store sits below them. Each SDK backend has one adapter; any other session
 gets ``GenericCapabilities``, which can count but refuses destructive work unless the
 caller accepts that it is not atomic.
+
+Write times travel through the same interface, in arguments and return values: a layer
+that derives data (a compaction summary) reads ``read_tail(n)``, whose ``written_at``
+a retention layer (TTL) fills in and layers that map items one to one pass along, and
+writes the summary with ``add_derived(items, derived_from=t)`` so that it expires with
+its oldest source. Everywhere else the times are None and ``add_derived`` is a plain
+``add_items``.
 """
 
 from __future__ import annotations
 
+import inspect
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from functools import cache
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from memstack.errors import BackendError, CapabilityError
@@ -23,6 +33,7 @@ from memstack.history import stored_history
 
 if TYPE_CHECKING:
     from agents.memory import Session
+    from agents.run_context import RunContextWrapper
 
 __all__ = [
     "READ_ALL",
@@ -30,6 +41,9 @@ __all__ = [
     "PassingCapabilities",
     "Predicate",
     "StorageCapabilities",
+    "Tail",
+    "ViewCapabilities",
+    "accepts_wrapper",
 ]
 
 Item = dict[str, Any]
@@ -39,6 +53,45 @@ Predicate = Callable[[Item], bool]
 # An explicit limit larger than any history: ``get_items(None)`` would apply the
 # session's own ``session_settings.limit`` and silently return only part of it.
 READ_ALL = 2**31 - 1
+
+_SESSION_METHODS = ("get_items", "add_items", "pop_item", "clear_session")
+
+
+def accepts_wrapper(session: object) -> bool:
+    """True when all four methods declare ``wrapper`` (the SDK's own opt-in rule)."""
+    for name in _SESSION_METHODS:
+        try:
+            params = inspect.signature(getattr(session, name)).parameters
+        except (AttributeError, TypeError, ValueError):
+            return False
+        param = params.get("wrapper")
+        if param is None or param.kind not in (param.POSITIONAL_OR_KEYWORD, param.KEYWORD_ONLY):
+            return False
+    return True
+
+
+@cache
+def _type_accepts_wrapper(kind: type) -> bool:
+    # Per type: inspecting four signatures on every read costs ~0.1 ms.
+    return accepts_wrapper(kind)
+
+
+def _forward(session: object, wrapper: RunContextWrapper[Any] | None) -> dict[str, Any]:
+    if wrapper is None or not _type_accepts_wrapper(type(session)):  # type: ignore[arg-type]
+        return {}
+    return {"wrapper": wrapper}
+
+
+@dataclass(frozen=True, slots=True)
+class Tail:
+    """The newest items, oldest first, and when each was written (None where not known)."""
+
+    items: list[Item]
+    written_at: list[float | None]
+
+    @classmethod
+    def undated(cls, items: Sequence[Any]) -> Tail:
+        return cls(list(items), [None] * len(items))
 
 
 class StorageCapabilities(ABC):
@@ -79,6 +132,30 @@ class StorageCapabilities(ABC):
         With ``prefix_only`` the scan stops at the first item that does not match, which
         makes time-ordered expiry cost only what it deletes.
         """
+
+    async def read_tail(self, n: int, *, wrapper: RunContextWrapper[Any] | None = None) -> Tail:
+        """The newest ``n`` items as the session shows them, with their write times.
+
+        Only a retention layer knows write times; this default reads ``get_items`` and
+        knows none.
+        """
+        return Tail.undated(
+            await self.session.get_items(limit=n, **_forward(self.session, wrapper))
+        )
+
+    async def add_derived(
+        self,
+        items: Sequence[Item],
+        *,
+        derived_from: float | None,
+        wrapper: RunContextWrapper[Any] | None = None,
+    ) -> None:
+        """Append ``items`` derived from data written at ``derived_from`` (a summary).
+
+        A retention layer stamps them to expire with that data; this default, knowing no
+        write times, appends them with ``add_items``.
+        """
+        await self.session.add_items(list(items), **_forward(self.session, wrapper))  # type: ignore[arg-type]
 
     async def write_ages(self, n: int) -> list[float] | None:
         """How long ago the store itself wrote each of the ``n`` oldest items, in seconds.
@@ -130,6 +207,8 @@ class PassingCapabilities(StorageCapabilities):
 
     Layers that map items one to one (encryption, redaction) count and drop the oldest
     items exactly as the store does; they override only what must see item content.
+    ``read_tail`` and ``add_derived`` go through the layer itself unless overridden to
+    carry the write times of the adapter below across the layer's mapping.
     """
 
     def __init__(self, session: Session, below: StorageCapabilities) -> None:
@@ -149,6 +228,36 @@ class PassingCapabilities(StorageCapabilities):
 
     async def delete_oldest(self, n: int) -> int:
         return await self.below.delete_oldest(n)
+
+
+class ViewCapabilities(PassingCapabilities):
+    """A view layer's adapter (a window): the store's, except that reads see the view.
+
+    Everything that changes the store passes below; ``read_tail`` and ``add_derived``
+    go through the view itself, as ``get_items`` and ``add_items`` would, so a layer above
+    reads what the view shows (write times unknown).
+    """
+
+    async def replace_oldest(
+        self, n: int, items: Sequence[Item], *, expect: Sequence[Item] | None = None
+    ) -> bool:
+        return await self.below.replace_oldest(n, items, expect=expect)
+
+    async def delete_where(
+        self, predicate: Predicate, *, batch_size: int = 500, prefix_only: bool = False
+    ) -> int:
+        return await self.below.delete_where(
+            predicate, batch_size=batch_size, prefix_only=prefix_only
+        )
+
+    async def write_ages(self, n: int) -> list[float] | None:
+        return await self.below.write_ages(n)
+
+    async def delete_written_before(self, older_than: float, *, batch_size: int = 500) -> int:
+        return await self.below.delete_written_before(older_than, batch_size=batch_size)
+
+    def __repr__(self) -> str:
+        return repr(self.below)  # a view changes no capability of the store's
 
 
 class GenericCapabilities(StorageCapabilities):

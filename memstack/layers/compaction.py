@@ -33,8 +33,10 @@ append is one write: a crash leaves the history as it was before or after, and i
 appended while a summary was being made sit after its anchor, so they are never
 covered. A record whose items were popped, expired or cleared no longer applies, so a
 summary never outlives what it covers; ``pop_item`` undoes a compaction it meets instead
-of returning it. With a TTL layer below, the record is written with the oldest write
-time of what it covers (``memstack.context``), so it expires with it.
+of returning it. Reads go through the capability adapter below (``read_tail``), which
+reports each item's write time where a TTL layer keeps one; the record is then written
+with ``add_derived(…, derived_from=`` the oldest of what it covers ``)``, so it expires
+with it.
 
 ``mode="rewrite"`` instead replaces the covered items by the record in one
 ``replace_oldest(…, expect=…)`` transaction (atomic stores only); a history that
@@ -52,7 +54,6 @@ from __future__ import annotations
 import logging
 import warnings
 from collections.abc import Mapping, Sequence
-from contextlib import AbstractContextManager, nullcontext
 from typing import TYPE_CHECKING, Annotated, Any, Literal, Self
 
 import aiologic
@@ -69,7 +70,6 @@ from memstack.compaction.records import Record, RecordFormatError, is_record, pa
 from memstack.compaction.strategies import Compactor, Summarize
 from memstack.compaction.triggers import Estimate, Tokens, Trigger
 from memstack.compaction.view import Need, Resolution, resolve
-from memstack.context import collecting_write_times, written_at
 from memstack.errors import (
     CapabilityError,
     CompactionWarning,
@@ -323,19 +323,22 @@ class CompactionSession(SessionLayer):
             logger.debug("nothing to compact: every uncovered unit is kept verbatim")
             return None
         summary = await self.compactor.compact(plan.previous, plan.covered)
-        when = _oldest([times[i] for i in plan.sources] if times else [])
-        stamp: AbstractContextManager[None] = nullcontext() if when is None else written_at(when)
-        with stamp:
-            if rewrite:
-                record = await self._replace(res, plan, summary)
-            else:
-                record = await self._append(plan, summary, wrapper)
+        if rewrite:  # the adapter below dates the record by the oldest item it replaces
+            record = await self._replace(res, plan, summary)
+        else:
+            when = _oldest([times[i] for i in plan.sources])
+            record = await self._append(plan, summary, wrapper, derived_from=when)
         if record is None:
             logger.info("compaction discarded: the history changed while it was being made")
         return record
 
     async def _append(
-        self, plan: Plan, summary: list[Item], wrapper: RunContextWrapper[Any] | None
+        self,
+        plan: Plan,
+        summary: list[Item],
+        wrapper: RunContextWrapper[Any] | None,
+        *,
+        derived_from: float | None,
     ) -> Record | None:
         assert self.compactor is not None
         # Re-read and write with no other write of this process in between, so ``after``
@@ -347,8 +350,9 @@ class CompactionSession(SessionLayer):
             if anchors is None:
                 return None
             record = plan.record(summary, self.compactor.method, anchors)
-            stored: Any = [record.to_item()]
-            await self.inner.add_items(stored, **self.forward(wrapper))
+            await capabilities_of(self.inner).add_derived(
+                [record.to_item()], derived_from=derived_from, wrapper=wrapper
+            )
         return record
 
     async def _replace(
@@ -368,25 +372,27 @@ class CompactionSession(SessionLayer):
         wrapper: RunContextWrapper[Any] | None,
         *,
         complete: bool = False,
-    ) -> tuple[Resolution, list[float | None] | None]:
+    ) -> tuple[Resolution, list[float | None]]:
         """Resolve the newest stored entries, reading further back until it is decided.
 
-        ``complete`` reads everything. Returns the write times a retention layer reported
-        for the window, if any.
+        ``complete`` reads everything. Returns the write time of each entry of the window
+        (None where no retention layer below knows it).
         """
         size = max(_FIRST_READ, self._read_hint + self._read_hint // 4)
-        native = self._counts_natively()
+        caps = capabilities_of(self.inner)
+        native = caps.counts_cheaply
         while True:
-            with collecting_write_times() as times:
-                window = stored_items(
-                    await self.inner.get_items(limit=size, **self.forward(wrapper)),
-                    layer=type(self).__name__,
-                    session_id=self.session_id,
-                )
+            tail = await caps.read_tail(size, wrapper=wrapper)
+            window = stored_items(tail.items, layer=type(self).__name__, session_id=self.session_id)
             done = len(window) < size
+            # The generic adapter, and a TTL layer's (it counts live items), count by
+            # reading everything, which would make every read read the whole history. The
+            # generic one's store cannot drop its oldest items atomically, and a retention
+            # layer dates the record to expire with them (``add_derived``), so there the
+            # first covered item is checked only when the read reaches it.
             res = resolve(window, complete=done, trust_first=not native)
             if res is Need.SIZE:
-                stored = await capabilities_of(self.inner).count()
+                stored = await caps.count()
                 res = resolve(window, complete=done, store_size=stored)
             if isinstance(res, Resolution) and (done or not complete):
                 break
@@ -394,16 +400,7 @@ class CompactionSession(SessionLayer):
         # Next time read from the anchor on: the first covered item is checked by count.
         needed = res.anchor_index if res.record is not None else res.reach
         self._read_hint = max(_FIRST_READ, len(window) - max(0, needed))
-        aligned = list(times) if len(times) == len(window) else None
-        return res, aligned
-
-    def _counts_natively(self) -> bool:
-        # The generic adapter, and a TTL layer's (it counts live items), count by reading
-        # everything, which would make every read read the whole history. The generic
-        # one's store cannot drop its oldest items atomically, and a retention layer dates
-        # the record to expire with them (memstack.context), so there the first covered
-        # item is checked only when the read reaches it.
-        return capabilities_of(self.inner).counts_cheaply
+        return res, tail.written_at
 
     def _view(self, res: Resolution) -> list[Item]:
         view = res.view

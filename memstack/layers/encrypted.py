@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from contextlib import nullcontext
 from typing import TYPE_CHECKING, Annotated, Any, Literal, Self, cast
 
 from agents.memory import Session
@@ -38,7 +37,6 @@ from pydantic import Field, PrivateAttr, model_validator
 from memstack.backends.adapters import capabilities_of
 from memstack.backends.capabilities import Item, StorageCapabilities
 from memstack.base import SessionLayer, limit_arg
-from memstack.context import collecting_write_times, report_write_times, written_at
 from memstack.crypto.envelope import SessionCipher, is_envelope
 from memstack.crypto.keys import KeyProvider, Keyring
 from memstack.crypto.legacy import SDK_KID, SdkEnvelopeReader, is_sdk_envelope
@@ -164,28 +162,23 @@ class EncryptedSession(SessionLayer):
             "allow_plaintext=True to read such items)"
         )
 
+    def readable(self, stored: Sequence[object]) -> list[tuple[int, dict[str, Any]]]:
+        """Each stored value's index and item; with ``unreadable="skip"``, the readable ones."""
+        if self.unreadable == "raise":
+            return [(index, self.open(value)) for index, value in enumerate(stored)]
+        opened = []
+        for index, value in enumerate(stored):
+            try:
+                opened.append((index, self.open(value)))
+            except DecryptionError as exc:
+                logger.warning("skipping an unreadable item (unreadable='skip'): %s", exc)
+        return opened
+
     async def get_items(
         self, limit: int | None = None, *, wrapper: RunContextWrapper[Any] | None = None
     ) -> list[TResponseInputItem]:
-        if self.unreadable == "raise":
-            stored = await self.inner.get_items(**limit_arg(limit), **self.forward(wrapper))
-            return cast("list[TResponseInputItem]", [self.open(value) for value in stored])
-        with collecting_write_times() as times:
-            stored = await self.inner.get_items(**limit_arg(limit), **self.forward(wrapper))
-        items: list[Any] = []
-        kept: list[float | None] = []
-        for index, value in enumerate(stored):
-            try:
-                items.append(self.open(value))
-            except DecryptionError as exc:
-                logger.warning("skipping an unreadable item (unreadable='skip'): %s", exc)
-                continue
-            if len(times) == len(stored):
-                kept.append(times[index])
-        if times:
-            # Write times reported from below must stay aligned with what is returned.
-            report_write_times(kept if len(times) == len(stored) else times)
-        return items
+        stored = await self.inner.get_items(**limit_arg(limit), **self.forward(wrapper))
+        return cast("list[TResponseInputItem]", [item for _, item in self.readable(stored)])
 
     async def add_items(
         self, items: list[TResponseInputItem], *, wrapper: RunContextWrapper[Any] | None = None
@@ -196,20 +189,18 @@ class EncryptedSession(SessionLayer):
     async def pop_item(
         self, *, wrapper: RunContextWrapper[Any] | None = None
     ) -> TResponseInputItem | None:
-        with collecting_write_times() as times:
-            stored = await self.inner.pop_item(**self.forward(wrapper))
+        # Popping must not destroy what cannot be read: look at the newest item first, so
+        # an unreadable one stays where it is, with its write time, and the pop fails.
+        for value in (await capabilities_of(self.inner).read_tail(1, wrapper=wrapper)).items:
+            self.open(value)
+        stored = await self.inner.pop_item(**self.forward(wrapper))
         if stored is None:
             return None
-        if times:
-            report_write_times(times)
         try:
             return cast("TResponseInputItem", self.open(stored))
         except DecryptionError:
-            # Popping must not destroy what could not be read: put it back (with its
-            # original write time, when a retention layer below reported one), then fail.
-            written = times[-1] if times else None
-            with written_at(written) if written is not None else nullcontext():
-                await self.inner.add_items([stored], **self.forward(wrapper))
+            # Another writer put it there since the look: put it back, then fail.
+            await self.inner.add_items([stored], **self.forward(wrapper))
             raise
 
     # -- capabilities and maintenance --------------------------------------------------------

@@ -26,11 +26,13 @@ from memstack.backends.capabilities import (
     PassingCapabilities,
     Predicate,
     StorageCapabilities,
+    Tail,
     check_replacement,
 )
 
 if TYPE_CHECKING:
     from agents.memory import Session
+    from agents.run_context import RunContextWrapper
 
 __all__ = ["EncryptedCapabilities"]
 
@@ -44,6 +46,8 @@ class SealingLayer(Protocol):
     def seal(self, items: Sequence[object]) -> list[dict[str, Any]]: ...
 
     def open(self, stored: object) -> dict[str, Any]: ...
+
+    def readable(self, stored: Sequence[object]) -> list[tuple[int, dict[str, Any]]]: ...
 
     async def stored(self, caps: StorageCapabilities | None = None) -> list[Item]: ...
 
@@ -67,6 +71,23 @@ class EncryptedCapabilities(PassingCapabilities):
         if len(stored) < n or [self.session.open(value) for value in stored] != list(expect):
             return False
         return await self.below.replace_oldest(n, sealed, expect=stored)
+
+    async def read_tail(self, n: int, *, wrapper: RunContextWrapper[Any] | None = None) -> Tail:
+        # One item per envelope: the write times from below stay aligned with the items.
+        tail = await self.below.read_tail(n, wrapper=wrapper)
+        opened = self.session.readable(tail.items)
+        return Tail([item for _, item in opened], [tail.written_at[i] for i, _ in opened])
+
+    async def add_derived(
+        self,
+        items: Sequence[Item],
+        *,
+        derived_from: float | None,
+        wrapper: RunContextWrapper[Any] | None = None,
+    ) -> None:
+        await self.below.add_derived(
+            self.session.seal(items), derived_from=derived_from, wrapper=wrapper
+        )
 
     async def write_ages(self, n: int) -> list[float] | None:
         return await self.below.write_ages(n)

@@ -34,6 +34,7 @@ from memstack.backends.capabilities import (
     PassingCapabilities,
     Predicate,
     StorageCapabilities,
+    Tail,
     check_replacement,
 )
 from memstack.backends.whole_store import WholeStore, whole_store
@@ -242,3 +243,16 @@ class RedactCapabilities(PassingCapabilities):
 
     async def delete_written_before(self, older_than: float, *, batch_size: int = 500) -> int:
         return await self.below.delete_written_before(older_than, batch_size=batch_size)
+
+    async def read_tail(self, n: int, *, wrapper: RunContextWrapper[Any] | None = None) -> Tail:
+        return await self.below.read_tail(n, wrapper=wrapper)  # stored as read: redacted
+
+    async def add_derived(
+        self,
+        items: Sequence[Item],
+        *,
+        derived_from: float | None,
+        wrapper: RunContextWrapper[Any] | None = None,
+    ) -> None:
+        clean = await self.session.redact(items)
+        await self.below.add_derived(clean, derived_from=derived_from, wrapper=wrapper)

@@ -12,17 +12,32 @@ Such an item is dated by the store's own write time when the store records one (
 read with ``write_ages``), else by now: the moment the layer first saw it. An atomic
 unit (a tool call and its output) starts when its oldest item was written, as for
 items the layer stamped itself. Records already stamped are kept as they are.
+``adopt_history`` does the rewrite through the store's capability adapter; the rest of
+this module is pure.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import logging
+from collections.abc import Callable, Sequence
 from typing import Any
 
+from agents.memory import Session
+
+from memstack.backends.adapters import capabilities_of
+from memstack.backends.capabilities import READ_ALL, GenericCapabilities
+from memstack.errors import CapabilityError
 from memstack.history import split_units
 from memstack.layers.ttl_record import MARKER, read_record, write_record
+from memstack.options import Count, Options
 
-__all__ = ["adopted_records", "through_last_unstamped", "unstamped"]
+__all__ = ["adopt_history", "adopted_records", "through_last_unstamped", "unstamped"]
+
+logger = logging.getLogger("memstack.ttl")
+
+
+class _AdoptOptions(Options, layer="TTLSession"):
+    max_attempts: Count = 5
 
 
 def unstamped(value: object) -> bool:
@@ -63,3 +78,54 @@ def adopted_records(
                 )
                 count += 1
     return records, count
+
+
+async def adopt_history(
+    store: Session,
+    *,
+    clock: Callable[[], float],
+    allow_non_atomic: bool = False,
+    max_attempts: int = 5,
+    layer: str | None = None,
+) -> int:
+    """Date every unstamped item of ``store``'s history; return how many.
+
+    One ``replace_oldest(…, expect=…)`` transaction, read again when the history changed
+    meanwhile. A store without atomic rewrites is refused unless ``allow_non_atomic``
+    (clear and refill).
+    """
+    _AdoptOptions.check(max_attempts=max_attempts)
+    caps = capabilities_of(store)
+    if not caps.atomic:
+        if not allow_non_atomic:
+            raise CapabilityError(
+                f"{caps!r} cannot rewrite history atomically, so unstamped items stay "
+                "undated and never expire; pass allow_non_atomic=True to clear and "
+                "refill the session with them dated",
+                layer=layer,
+                session_id=store.session_id,
+            )
+        caps = GenericCapabilities(store, allow_non_atomic=True)
+    for _ in range(max_attempts):
+        stored: list[Any] = list(await store.get_items(limit=READ_ALL))
+        n = through_last_unstamped(stored)
+        if n == 0:
+            return 0
+        try:
+            ages = await caps.write_ages(n)
+        except CapabilityError:
+            ages = None  # the store's dialect has no age: count from first sight
+        records, count = adopted_records(stored[:n], ages=ages, now=clock())
+        if await caps.replace_oldest(n, records, expect=stored[:n]):
+            logger.info(
+                "dated %d unstamped items of session %r (%s)",
+                count,
+                store.session_id,
+                "store write times" if ages is not None else "first seen now",
+            )
+            return count
+    raise CapabilityError(
+        f"history changed during each of {max_attempts} adoption attempts; retry later",
+        layer=layer,
+        session_id=store.session_id,
+    )

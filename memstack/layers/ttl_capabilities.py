@@ -11,7 +11,8 @@ history and hand the store what they read as ``expect``: a concurrent change mak
 retry or fail, never lose an item. Replacements keep the stamps of what they replace:
 one for one (re-encryption), each record keeps its own; otherwise an item that is one of
 those replaced keeps its own, and anything new (a summary) takes the oldest stamp
-replaced, or an older one passed down with ``memstack.context.written_at``. Derived data
+replaced. ``read_tail`` returns live items with the time each one's expiry counts from,
+and ``add_derived`` stamps new items with the oldest time they derive from: derived data
 never outlives its sources.
 """
 
@@ -25,15 +26,16 @@ from memstack.backends.capabilities import (
     Item,
     Predicate,
     StorageCapabilities,
+    Tail,
     check_replacement,
 )
-from memstack.context import current_write_time
 from memstack.errors import CapabilityError
-from memstack.layers.ttl_policy import Snapshot
+from memstack.layers.ttl_policy import Snapshot, known_time
 from memstack.layers.ttl_record import Stamp, UnknownRecord, read_record, write_record
 
 if TYPE_CHECKING:
     from agents.memory import Session
+    from agents.run_context import RunContextWrapper
 
 
 class RetentionLayer(Protocol):
@@ -42,7 +44,17 @@ class RetentionLayer(Protocol):
     inner: Session
     session_id: str
 
+    def forward(self, wrapper: RunContextWrapper[Any] | None) -> dict[str, Any]: ...
+
     async def scan(self, want: int | None, forward: dict[str, Any]) -> Snapshot: ...
+
+    async def add_derived(
+        self,
+        items: Sequence[Any],
+        *,
+        derived_from: float | None,
+        wrapper: RunContextWrapper[Any] | None = None,
+    ) -> None: ...
 
     async def snapshot(self) -> Snapshot: ...
 
@@ -71,6 +83,21 @@ class TTLCapabilities(StorageCapabilities):
 
     async def count(self) -> int:
         return len((await self.session.scan(None, {})).visible)
+
+    async def read_tail(self, n: int, *, wrapper: RunContextWrapper[Any] | None = None) -> Tail:
+        if n <= 0:
+            return Tail([], [])
+        live = (await self.session.scan(n, self.session.forward(wrapper))).view(n)
+        return Tail([stamp.item for stamp in live], [known_time(stamp) for stamp in live])
+
+    async def add_derived(
+        self,
+        items: Sequence[Item],
+        *,
+        derived_from: float | None,
+        wrapper: RunContextWrapper[Any] | None = None,
+    ) -> None:
+        await self.session.add_derived(items, derived_from=derived_from, wrapper=wrapper)
 
     async def delete_oldest(self, n: int) -> int:
         for _ in range(_ATTEMPTS):
@@ -136,14 +163,11 @@ def _restamped(
     items: Sequence[Item], replaced: Sequence[Stamp], snapshot: Snapshot
 ) -> list[dict[str, Any]]:
     """Records for ``items`` replacing ``replaced``: no item may outlive what it replaces."""
-    derived = current_write_time()
-    if derived is None and len(items) == len(replaced):
+    if len(items) == len(replaced):
         return [_record(item, old) for item, old in zip(items, replaced, strict=True)]
     # An item that is one of those replaced (a pinned item a window keeps) keeps its own
     # stamp; anything new derives from all of them, so it takes the oldest.
     oldest = min(stamp.anchor for stamp in replaced)
-    if derived is not None:
-        oldest = min(oldest, derived)
     unused = list(replaced)
     records = []
     for item in items:

@@ -21,7 +21,7 @@ from typing import Any
 
 from memstack.backends.capabilities import Predicate
 from memstack.history import cut_points, is_output, pair_key, split_units
-from memstack.layers.ttl_record import Stamp, UnknownRecord, read_record
+from memstack.layers.ttl_record import Stamp, UnknownRecord, read_record, write_record
 
 __all__ = [
     "Expiry",
@@ -29,6 +29,7 @@ __all__ = [
     "at_most",
     "doomed",
     "known_time",
+    "new_records",
     "shows_open_unit",
     "unit_anchors",
 ]
@@ -127,6 +128,35 @@ class Expiry:
                 visible.pop(0)
         return Snapshot(stored, start, stamps, visible, generation, now, complete)
 
+    def next_generation(self, tail: Sequence[Stamp], now: float) -> int:
+        """The generation a write after ``tail`` (the newest stored records) belongs to."""
+        generation = tail[-1].generation if tail else 0
+        if tail and self.idle(tail[-1], now):
+            generation += 1  # the idle history is dead; this write begins the next one
+        return generation
+
+    def expired_after(self, newest: Stamp, now: float) -> Predicate:
+        """A test for stored records that are dead now, given the newest stored one."""
+        return self.expired(newest.generation, idle=self.idle(newest, now), now=now)
+
+    def purge_plan(
+        self, snapshot: Snapshot, read: Callable[[object], Stamp]
+    ) -> tuple[Predicate, bool] | None:
+        """What to delete of a complete ``snapshot``, and whether a prefix-only delete will
+        do; None when nothing is to go.
+
+        Everything the view hides goes; so do derived items that expired among shown
+        ones, which need a scan past the first shown record.
+        """
+        if not snapshot.stored:
+            return None
+        expired = self.expired_after(read(snapshot.stored[-1]), snapshot.now)
+        first = snapshot.visible[0] if snapshot.visible else len(snapshot.stored)
+        stray = any(expired(value) for value in snapshot.stored[first:])
+        if snapshot.hidden is None and not stray:
+            return None
+        return doomed(snapshot.hidden, expired, prefix=not stray), not stray
+
     def expired(self, generation: int, *, idle: bool, now: float) -> Predicate:
         def expired(value: dict[str, Any]) -> bool:
             try:
@@ -148,6 +178,32 @@ def shows_open_unit(stored: list[dict[str, Any]], items: Sequence[Any]) -> bool:
         return False  # the unit the batch joins may begin before the window
     calls = {pair_key(item) for item in combined if not is_output(item)}
     return all(pair_key(item) in calls for item in items if is_output(item) and pair_key(item))
+
+
+def new_records(
+    tail: Sequence[Stamp],
+    items: Sequence[Any],
+    *,
+    now: float,
+    generation: int,
+    derived_from: float | None = None,
+) -> list[dict[str, Any]]:
+    """Records for a batch written after ``tail`` (the newest stored records, any open unit).
+
+    Items derived from older data (a summary, ``derived_from``) expire with it; their
+    write time stays ``now``: the write is activity all the same.
+    """
+    origin = now if derived_from is None else min(derived_from, now)
+    return [
+        write_record(
+            dict(item),
+            written=now,
+            anchor=anchor,
+            generation=generation,
+            derived=derived_from is not None,
+        )
+        for item, anchor in zip(items, unit_anchors(tail, items, origin), strict=True)
+    ]
 
 
 def unit_anchors(tail: Sequence[Stamp], items: Sequence[Any], origin: float) -> list[float]:

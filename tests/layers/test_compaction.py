@@ -589,3 +589,21 @@ async def test_runner_sees_the_summary_and_never_a_record() -> None:
     assert (await session.pop_item())["role"] == "assistant"  # type: ignore[index]
     view = await session.get_items()
     assert history_problems(view) == [] and not any(is_record(item) for item in view)
+
+
+@pytest.mark.parametrize("below", ["store", "ttl", "encrypted over ttl", "window"])
+async def test_wrapper_reaches_the_store_through_the_capability_reads(below: str) -> None:
+    from memstack.layers import EncryptedSession, SlidingWindowSession, TTLSession
+
+    store = InMemorySession("s")
+    inner: Any = {
+        "store": lambda: store,
+        "ttl": lambda: TTLSession(store, ttl=3600),
+        "encrypted over ttl": lambda: EncryptedSession(TTLSession(store, ttl=3600), key=KEY),
+        "window": lambda: SlidingWindowSession(store, max_items=50),
+    }[below]()
+    session = CompactionSession(inner, strategy=Mask())
+    await session.add_items(sample_items(4))
+    marker: Any = object()
+    assert await session.get_items(wrapper=marker) == sample_items(4)
+    assert store.last_wrapper is marker

@@ -30,7 +30,7 @@ from memstack import (
     build_stack,
     capabilities_of,
 )
-from memstack.context import collecting_write_times, current_write_time, report_write_times
+from memstack.backends.capabilities import Item, PassingCapabilities, Predicate, Tail
 from memstack.crypto import Keyring, generate_key, key_id, keyring_from_env
 from memstack.testing import (
     CONTRACT_CHECKS,
@@ -738,7 +738,7 @@ async def test_invalid_items_are_refused_before_anything_is_stored() -> None:
 
 
 class StampingLayer(SessionLayer):
-    """Stands in for a retention layer: reports write times, honours ``written_at``."""
+    """Stands in for a retention layer: dates what it stores, reports the dates up."""
 
     def __init__(self, inner: InMemorySession) -> None:
         super().__init__(inner)
@@ -746,42 +746,79 @@ class StampingLayer(SessionLayer):
         self.clock = 100.0
 
     async def add_items(self, items: list[Any], *, wrapper: Any = None) -> None:
-        written = current_write_time()
+        await self.write(items, derived_from=None)
+
+    async def write(self, items: list[Any], *, derived_from: float | None) -> None:
         for _ in items:
             self.clock += 1
-            self.times.append(written if written is not None else self.clock)
+            self.times.append(derived_from if derived_from is not None else self.clock)
         await self.inner.add_items(items)
-
-    async def get_items(self, limit: int | None = None, *, wrapper: Any = None) -> list[Any]:
-        items = await self.inner.get_items(limit)
-        report_write_times(self.times[len(self.times) - len(items) :])
-        return items
 
     async def pop_item(self, *, wrapper: Any = None) -> Any:
         item = await self.inner.pop_item()
         if item is not None:
-            report_write_times([self.times.pop()])
+            self.times.pop()
         return item
 
+    def storage_capabilities(self) -> StampingCapabilities:
+        return StampingCapabilities(self)
 
-async def test_skipped_items_keep_reported_write_times_aligned() -> None:
+
+class StampingCapabilities(PassingCapabilities):
+    session: StampingLayer
+
+    def __init__(self, session: StampingLayer) -> None:
+        super().__init__(session, capabilities_of(session.inner))
+
+    async def read_tail(self, n: int, *, wrapper: Any = None) -> Tail:
+        items = await self.session.inner.get_items(n)
+        return Tail(list(items), list(self.session.times[len(self.session.times) - len(items) :]))
+
+    async def add_derived(
+        self, items: Any, *, derived_from: float | None, wrapper: Any = None
+    ) -> None:
+        await self.session.write(list(items), derived_from=derived_from)
+
+    async def replace_oldest(self, n: int, items: Any, *, expect: Any = None) -> bool:
+        raise AssertionError("not used here")
+
+    async def delete_where(
+        self, predicate: Predicate, *, batch_size: int = 500, prefix_only: bool = False
+    ) -> int:
+        raise AssertionError("not used here")
+
+
+async def test_skipped_items_keep_their_write_times_aligned() -> None:
     below = StampingLayer(InMemorySession("s1"))
     two = [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]
     await encrypted(below).add_items(two)  # written at 101, 102
     await encrypted(below, key=OTHER).add_items(sample_items(1, tag="x"))  # 103, unreadable
     await encrypted(below).add_items(sample_items(1, tag="y"))  # 104
-    with collecting_write_times() as times:
-        items = await encrypted(below, unreadable="skip").get_items()
-    assert len(items) == 3 and times == [101.0, 102.0, 104.0]
+    tail = await capabilities_of(encrypted(below, unreadable="skip")).read_tail(10)
+    assert len(tail.items) == 3 and tail.written_at == [101.0, 102.0, 104.0]
+    assert tail.items == [*two, *sample_items(1, tag="y")]
+    with pytest.raises(DecryptionError):
+        await capabilities_of(encrypted(below)).read_tail(10)
 
 
-async def test_a_failed_pop_restores_the_item_with_its_original_write_time() -> None:
+async def test_derived_items_are_sealed_and_keep_their_date_on_the_way_down() -> None:
+    below = StampingLayer(InMemorySession("s1"))
+    summary: list[Item] = [{"role": "developer", "content": "summary of older things"}]
+    await capabilities_of(encrypted(below)).add_derived(summary, derived_from=42.0)
+    assert below.times == [42.0] and "older things" not in str(below.inner.rows)  # type: ignore[attr-defined]
+    tail = await capabilities_of(encrypted(below)).read_tail(1)
+    assert tail == Tail(summary, [42.0])
+
+
+async def test_a_failed_pop_leaves_the_item_where_it_was() -> None:
     below = StampingLayer(InMemorySession("s1"))
     await encrypted(below).add_items(sample_items(1))
     await encrypted(below, key=OTHER).add_items(sample_items(1, tag="x"))  # written at 102
+    rows = list(below.inner.rows)  # type: ignore[attr-defined]
     with pytest.raises(DecryptionError):
         await encrypted(below).pop_item()
-    assert below.times == [101.0, 102.0] and len(below.inner.rows) == 2  # type: ignore[attr-defined]
+    assert below.times == [101.0, 102.0] and below.inner.rows == rows  # type: ignore[attr-defined]
+    assert await encrypted(below, key=OTHER).pop_item() == sample_items(1, tag="x")[0]
 
 
 async def test_delete_written_before_needs_no_key_and_passes_through() -> None:

@@ -251,6 +251,26 @@ async def test_rewrites_through_capabilities_are_redacted() -> None:
     assert caps.atomic and await caps.count() == 1
 
 
+async def test_write_times_cross_redaction_and_derived_items_are_redacted() -> None:
+    """store → TTL → Encrypted → Redact: a summary written above keeps its sources' date."""
+    from memstack.testing import FakeClock
+
+    clock, store = FakeClock(), InMemorySession("s")
+    start = clock.now
+    ttl = TTLSession(store, ttl=3600, clock=clock, purge_every=None)
+    session = RedactSession(EncryptedSession(ttl, key=KEY))
+    await session.add_items([{"role": "user", "content": "hi"}])
+    clock.tick(100)
+    caps = capabilities_of(session)
+    summary = {"role": "developer", "content": "summary: the user is a@b.io"}
+    await caps.add_derived([summary], derived_from=start - 900)
+    tail = await caps.read_tail(10)
+    assert tail.items[-1] == {"role": "developer", "content": "summary: the user is [EMAIL]"}
+    assert tail.written_at == [start, start - 900]
+    clock.set(start - 900 + 3600)  # its sources' time is up: the summary goes, "hi" stays
+    assert await session.get_items() == [{"role": "user", "content": "hi"}]
+
+
 STACKS = {
     "redact": [LayerSpec("redact")],
     "ttl→encrypted→redact": [

@@ -129,6 +129,7 @@ async def test_expired_items_are_deleted_from_the_store(store: Store) -> None:
 
 
 async def test_purge_after_write_is_bounded_and_throttled(store: Store) -> None:
+    """Writes purge on the `purge_every` schedule, `purge_batch` at a time; reads never."""
     clock, session_id = FakeClock(), sid()
     session = TTLSession(
         store.open(session_id), ttl=HOUR, clock=clock, purge_every=600, purge_batch=3
@@ -142,11 +143,15 @@ async def test_purge_after_write_is_bounded_and_throttled(store: Store) -> None:
     await session.add_items([user("b")])  # within the interval: no purge
     assert len(await stored(store, session_id)) == 7
 
-    assert await session.get_items() == [user("a"), user("b")]  # the read saw expired records
-    await session.add_items([user("c")])  # ... so this write purges despite the interval
-    assert len(await stored(store, session_id)) == 8 - 3
-    assert await session.purge_expired() == 2
-    assert contents(await stored(store, session_id)) == [user("a"), user("b"), user("c")]
+    assert await session.get_items() == [user("a"), user("b")]  # expired records hidden…
+    assert len(await stored(store, session_id)) == 7  # …but a read never deletes
+    await session.add_items([user("c")])  # still within the interval: no purge
+    assert len(await stored(store, session_id)) == 8
+    clock.tick(600)
+    await session.add_items([user("d")])  # the interval passed again: the next batch
+    assert len(await stored(store, session_id)) == 9 - 3
+    assert await session.purge_expired() == 2  # everything expired, whatever the schedule
+    assert contents(await stored(store, session_id)) == [user(x) for x in "abcd"]
 
 
 async def test_a_separate_purger_deletes_only_what_expired(sqlite_store: Store) -> None:
@@ -599,8 +604,8 @@ async def test_rotation_through_ttl_keeps_write_times(store: Store) -> None:
 
 
 async def test_write_times_cross_encryption_both_ways() -> None:
-    """Reads report each item's expiry stamp; ``written_at`` makes derived items older."""
-    from memstack.context import collecting_write_times, written_at
+    """``read_tail`` reports each item's expiry stamp; ``add_derived`` dates items older."""
+    from memstack import capabilities_of
     from memstack.crypto import generate_key
     from memstack.layers.encrypted import EncryptedSession
 
@@ -609,14 +614,15 @@ async def test_write_times_cross_encryption_both_ways() -> None:
     stack = EncryptedSession(
         TTLSession(store, ttl=HOUR, clock=clock, purge_every=None), key=generate_key()
     )
+    caps = capabilities_of(stack)
     await stack.add_items([user("a")])
     clock.tick(100)
-    with written_at(start - 900):
-        await stack.add_items([assistant("summary of older things")])
+    await caps.add_derived([assistant("summary of older things")], derived_from=start - 900)
     await stack.add_items([user("b")])
-    with collecting_write_times() as times:
-        assert len(await stack.get_items()) == 3
-    assert times == [start, start - 900, start + 100]
+    tail = await caps.read_tail(10)
+    assert tail.items == await stack.get_items()
+    assert tail.written_at == [start, start - 900, start + 100]
+    assert (await caps.read_tail(2)).written_at == [start - 900, start + 100]
 
     clock.set(start - 900 + HOUR)  # the summary's sources expire, and so does the summary
     assert await stack.get_items() == [user("a"), user("b")]
@@ -664,14 +670,12 @@ async def test_a_summary_never_outlives_what_it_summarises(store: Store, mode: s
 
 
 async def test_pop_item_skips_an_expired_summary_on_top() -> None:
-    from memstack.context import written_at
-
     clock = FakeClock()
     session = TTLSession(InMemorySession(sid()), ttl=HOUR, clock=clock, purge_every=None)
     clock.tick(HOUR / 2)
     await session.add_items([user("q"), assistant("a")])
-    with written_at(clock.now - HOUR / 2):
-        await session.add_items([{"role": "developer", "content": "summary"}])
+    summary = [{"role": "developer", "content": "summary"}]
+    await session.add_derived(summary, derived_from=clock.now - HOUR / 2)
     assert len(await session.get_items()) == 3
     clock.tick(HOUR / 2)  # the summary's sources have expired; q and a have not
     assert await session.get_items() == [user("q"), assistant("a")]
@@ -735,8 +739,6 @@ def _random_history(rng: Any, turns: int) -> list[tuple[str, list[dict[str, Any]
 async def _keeps_every_promise(store: Store, seed: int) -> None:
     import random
 
-    from memstack.context import collecting_write_times, written_at
-
     rng = random.Random(seed)
     clock, session_id = FakeClock(), sid()
     idle = HOUR / 2 if seed % 2 else None
@@ -752,16 +754,16 @@ async def _keeps_every_promise(store: Store, seed: int) -> None:
     purged = shown = 0
     for kind, batch in _random_history(rng, 25):
         if kind == "derived":
-            with written_at(clock.now - rng.uniform(0, HOUR)):
-                await session.add_items(batch)
+            await session.add_derived(batch, derived_from=clock.now - rng.uniform(0, HOUR))
         else:
             await session.add_items(batch)
         clock.tick(rng.choice([0, 1, 60, HOUR / 7, HOUR / 3]))
 
-        with collecting_write_times() as times:
-            view = await session.get_items()
+        view = await session.get_items()
         assert history_problems(view) == []
-        assert all(time + HOUR > clock.now for time in times)  # nothing expired is shown
+        tail = await session.storage_capabilities().read_tail(len(view) + 1)
+        assert tail.items == view
+        assert all(time is not None and time + HOUR > clock.now for time in tail.written_at)
         for n in (1, 2, 3, 5, len(view), len(view) + 1):
             # A limit slices the view; what it cut from its call is left out, as the SDK does.
             assert await session.get_items(limit=n) == valid_view(view[-n:])

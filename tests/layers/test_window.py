@@ -727,3 +727,19 @@ async def test_budget_holds_inside_agent_loops_on_coding_transcripts() -> None:
     assert checked > 500
     # Before the agent-loop rule the newest turn was kept whole: 27,000 tokens and more.
     assert largest < 3 * budget
+
+
+async def test_layers_above_read_the_window_through_its_capabilities() -> None:
+    """A view's adapter is the store's for every change, but reads the tail through the view."""
+    from memstack import capabilities_of
+
+    store = InMemorySession("view-caps")
+    window = SlidingWindowSession(store, max_items=4, align="unit")
+    await window.add_items(sample_items(8))
+    caps = capabilities_of(window)
+    assert repr(caps) == repr(capabilities_of(store)) and caps.counts_cheaply
+    tail = await caps.read_tail(100)
+    assert tail.items == await window.get_items() and len(tail.items) == 4
+    assert tail.written_at == [None] * 4
+    assert await caps.count() == 8  # the store's count, as before
+    assert await caps.delete_oldest(2) == 2 and len(store.rows) == 6
