@@ -1,12 +1,12 @@
 """Forgetting: the ways memory rows leave, and leave no text behind.
 
-    >>> from memstack.memory.cipher import MemoryCipher
+    >>> from memstack.memory import MemoryStore
     >>> from memstack.memory.forgetting import target
-    >>> from memstack.memory.schema import tables
-    >>> whole = target(tables(), MemoryCipher(None), "ana")
+    >>> parts = MemoryStore.from_url("sqlite://:memory:").parts
+    >>> whole = target(parts, "ana")
     >>> whole.scope, whole.whole_scope
     ('ana', True)
-    >>> target(tables(), MemoryCipher(None), "ana", key="diet").whole_scope
+    >>> target(parts, "ana", key="diet").whole_scope
     False
 
 Consolidation never deletes; these functions do, and each one removes a memory's row,
@@ -19,24 +19,19 @@ touches its database.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 
 from sqlalchemy import ColumnElement, and_, delete, select, text
-from sqlalchemy.ext.asyncio import AsyncEngine
 
 from memstack.backends.translate import store_errors
 from memstack.errors import ConfigurationError
-from memstack.memory.cipher import MemoryCipher
-from memstack.memory.events import delete_events, log_event
-from memstack.memory.fulltext import FullTextIndex
+from memstack.memory.events import delete_events
 from memstack.memory.models import check_scope
-from memstack.memory.schema import Tables
-from memstack.memory.semantic import SemanticIndex, delete_vectors
+from memstack.memory.parts import LAYER, StoreParts
+from memstack.memory.semantic import delete_vectors
 
 __all__ = ["Target", "erase", "forget", "purge_expired", "scrub", "target"]
 
-_LAYER = "MemoryStore"
 _BATCH = 500
 
 
@@ -50,91 +45,61 @@ class Target:
 
 
 def target(
-    tables: Tables,
-    cipher: MemoryCipher,
-    scope: str,
-    memory_id: str | None = None,
-    *,
-    key: str | None = None,
+    parts: StoreParts, scope: str, memory_id: str | None = None, *, key: str | None = None
 ) -> Target:
     """Check the arguments of a forget and say which rows it deletes."""
     check_scope(scope)
     if memory_id is not None and key is not None:
-        raise ConfigurationError("give memory_id or key, not both", layer=_LAYER)
-    m = tables.memories
+        raise ConfigurationError("give memory_id or key, not both", layer=LAYER)
+    m = parts.tables.memories
     where = m.c.scope == scope
     if memory_id is not None:
         where = and_(where, m.c.id == memory_id)
     elif key is not None:
-        where = and_(where, m.c.key_digest.in_(cipher.key_digests(scope, key)))
+        where = and_(where, m.c.key_digest.in_(parts.cipher.key_digests(scope, key)))
     return Target(scope, where, memory_id is None and key is None)
 
 
-async def forget(
-    engine: AsyncEngine,
-    tables: Tables,
-    index: FullTextIndex,
-    semantic: SemanticIndex | None,
-    chosen: Target,
-    *,
-    actor: str,
-    clock: Callable[[], float],
-) -> int:
+async def forget(parts: StoreParts, chosen: Target, *, actor: str) -> int:
     """Delete the ``chosen`` memories; a whole scope is also scrubbed. Returns the count."""
+    tables, scope = parts.tables, chosen.scope
     m, t = tables.memories, tables.terms
-    scope = chosen.scope
-    with store_errors(None, layer=_LAYER, doing="forgetting memories"):
-        async with engine.begin() as conn:
-            ids = list((await conn.execute(select(m.c.id).where(chosen.where))).scalars())
-            for start in range(0, len(ids), _BATCH):
-                batch = ids[start : start + _BATCH]
-                await conn.execute(delete(t).where(t.c.scope == scope, t.c.memory_id.in_(batch)))
-                await delete_vectors(conn, tables, scope, batch)
-                await conn.execute(delete(m).where(m.c.id.in_(batch)))
-            await log_event(
-                conn,
-                tables,
-                [(i, scope) for i in ids],
-                "forgotten",
-                actor=actor,
-                at=float(clock()),
-                detail={"whole_scope": True} if chosen.whole_scope else None,
-            )
-        if ids and chosen.whole_scope:
-            await scrub(engine, tables)
-    if semantic is not None and chosen.whole_scope:
-        semantic.drop(scope)
-    index.invalidate(scope)
+    async with parts.begin("forgetting memories") as conn:
+        ids = list((await conn.execute(select(m.c.id).where(chosen.where))).scalars())
+        for start in range(0, len(ids), _BATCH):
+            batch = ids[start : start + _BATCH]
+            await conn.execute(delete(t).where(t.c.scope == scope, t.c.memory_id.in_(batch)))
+            await delete_vectors(conn, tables, scope, batch)
+            await conn.execute(delete(m).where(m.c.id.in_(batch)))
+        detail = {"whole_scope": True} if chosen.whole_scope else None
+        await parts.log(conn, [(i, scope) for i in ids], "forgotten", actor=actor, detail=detail)
+    if ids and chosen.whole_scope:
+        with store_errors(None, layer=LAYER, doing="forgetting memories"):
+            await scrub(parts)
+    if parts.semantic is not None and chosen.whole_scope:
+        parts.semantic.drop(scope)
+    parts.index.invalidate(scope)
     return len(ids)
 
 
-async def erase(
-    engine: AsyncEngine,
-    tables: Tables,
-    index: FullTextIndex,
-    semantic: SemanticIndex | None,
-    chosen: Target,
-    *,
-    actor: str,
-    clock: Callable[[], float],
-) -> int:
+async def erase(parts: StoreParts, chosen: Target, *, actor: str) -> int:
     """Forget the ``chosen`` memories and every event of their scope. Returns the count."""
-    count = await forget(engine, tables, index, semantic, chosen, actor=actor, clock=clock)
-    events = tables.events
-    with store_errors(None, layer=_LAYER, doing="erasing the scope's memory events"):
-        async with engine.begin() as conn:
-            await delete_events(conn, tables, chosen.scope)
-        if engine.dialect.name == "postgresql":  # dead tuples keep the scope's bytes
-            async with engine.connect() as conn:
-                auto = await conn.execution_options(isolation_level="AUTOCOMMIT")
-                await auto.execute(text(f"VACUUM FULL {events.name}"))
+    count = await forget(parts, chosen, actor=actor)
+    doing = "erasing the scope's memory events"
+    async with parts.begin(doing) as conn:
+        await delete_events(conn, parts.tables, chosen.scope)
+    if parts.engine.dialect.name == "postgresql":  # dead tuples keep the scope's bytes
+        async with parts.connect(doing) as conn:
+            auto = await conn.execution_options(isolation_level="AUTOCOMMIT")
+            await auto.execute(text(f"VACUUM FULL {parts.tables.events.name}"))
     return count
 
 
-async def scrub(engine: AsyncEngine, tables: Tables) -> None:
+async def scrub(parts: StoreParts) -> None:
     """On PostgreSQL, rewrite the tables that hold text or vectors; vacuum the index."""
-    if engine.dialect.name == "postgresql":
-        async with engine.connect() as conn:
+    tables = parts.tables
+    if parts.engine.dialect.name == "postgresql":
+        async with parts.engine.connect() as conn:
             auto = await conn.execution_options(isolation_level="AUTOCOMMIT")
             await auto.execute(text(f"VACUUM FULL {tables.memories.name}"))
             # Vectors leak meaning (and are plaintext when the store has no key).
@@ -142,38 +107,16 @@ async def scrub(engine: AsyncEngine, tables: Tables) -> None:
             await auto.execute(text(f"VACUUM {tables.terms.name}"))
 
 
-async def purge_expired(
-    engine: AsyncEngine,
-    tables: Tables,
-    index: FullTextIndex,
-    scope: str,
-    *,
-    actor: str,
-    clock: Callable[[], float],
-) -> int:
+async def purge_expired(parts: StoreParts, scope: str, *, actor: str) -> int:
     """Hard-delete the scope's memories whose expiry has passed. Returns the count."""
-    m, t = tables.memories, tables.terms
-    now = float(clock())
-    with store_errors(None, layer=_LAYER, doing="purging expired memories"):
-        async with engine.begin() as conn:
-            ids = list(
-                (
-                    await conn.execute(
-                        select(m.c.id).where(m.c.scope == scope, m.c.expires_at <= now)
-                    )
-                ).scalars()
-            )
-            if ids:
-                await conn.execute(delete(t).where(t.c.memory_id.in_(ids)))
-                await delete_vectors(conn, tables, scope, ids)
-                await conn.execute(delete(m).where(m.c.id.in_(ids)))
-                await log_event(
-                    conn,
-                    tables,
-                    [(i, scope) for i in ids],
-                    "expired",
-                    actor=actor,
-                    at=float(clock()),
-                )
-    index.invalidate(scope)
+    m, t = parts.tables.memories, parts.tables.terms
+    expired = select(m.c.id).where(m.c.scope == scope, m.c.expires_at <= parts.now())
+    async with parts.begin("purging expired memories") as conn:
+        ids = list((await conn.execute(expired)).scalars())
+        if ids:
+            await conn.execute(delete(t).where(t.c.memory_id.in_(ids)))
+            await delete_vectors(conn, parts.tables, scope, ids)
+            await conn.execute(delete(m).where(m.c.id.in_(ids)))
+            await parts.log(conn, [(i, scope) for i in ids], "expired", actor=actor)
+    parts.index.invalidate(scope)
     return len(ids)

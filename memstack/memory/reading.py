@@ -7,10 +7,7 @@
     ...     store = MemoryStore.from_url("sqlite://:memory:")
     ...     await store.remember("ana", "Allergic to peanuts", kind="fact")
     ...     await store.remember("ana", "Prefers short answers", kind="preference")
-    ...     found = await search(
-    ...         store.engine, store.tables, store.cipher, store.index, None, "ana",
-    ...         "any peanuts allergy?", limit=5, kinds=None, clock=store.clock,
-    ...     )
+    ...     found = await search(store.parts, "ana", "any peanuts allergy?", limit=5, kinds=None)
     ...     await store.close()
     ...     return [memory.text for memory, _score in found]
     >>> asyncio.run(demo())
@@ -24,103 +21,81 @@ which needs fields only the decoded memory has.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from sqlalchemy import and_, select
 from sqlalchemy.engine import Row
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection
 
-from memstack.backends.translate import store_errors
-from memstack.memory.cipher import MemoryCipher
-from memstack.memory.fulltext import FullTextIndex
 from memstack.memory.models import Memory
+from memstack.memory.parts import StoreParts
 from memstack.memory.queries import live
 from memstack.memory.ranking import precedence
 from memstack.memory.rows import memory_from_row
 from memstack.memory.schema import Tables
-from memstack.memory.semantic import SemanticIndex, fuse_scores
+from memstack.memory.semantic import fuse_scores
 from memstack.memory.text import term_counts
 
 __all__ = ["profile", "scopes", "search", "select_memories"]
 
-_LAYER = "MemoryStore"
 # Standing preferences and facts considered for the profile part of a recall.
 PROFILE = 50
 
 
 async def select_memories(
-    engine: AsyncEngine,
-    tables: Tables,
-    cipher: MemoryCipher,
-    where: Any,
-    *,
-    now: float | None,
-    newest: int | None = None,
+    parts: StoreParts, where: Any, *, now: float | None, newest: int | None = None
 ) -> list[Memory]:
     """Matching memories oldest first (only live ones at ``now`` unless it is None).
 
     With ``newest``, only that many most recently updated ones.
     """
-    m = tables.memories
+    m = parts.tables.memories
     query = select(m).where(where)
     if newest is not None:
         query = query.order_by(m.c.updated_at.desc(), m.c.id).limit(newest)
     if now is not None:
         query = query.where(live(m, now))
-    with store_errors(None, layer=_LAYER, doing="reading memories"):
-        async with engine.connect() as conn:
-            if newest is None:
-                query = query.order_by(m.c.created_at, m.c.id)
-            rows = (await conn.execute(query)).all()
-    return [memory_from_row(cipher, row) for row in rows]
+    async with parts.connect("reading memories") as conn:
+        if newest is None:
+            query = query.order_by(m.c.created_at, m.c.id)
+        rows = (await conn.execute(query)).all()
+    return [memory_from_row(parts.cipher, row) for row in rows]
 
 
-async def scopes(engine: AsyncEngine, tables: Tables) -> list[str]:
+async def scopes(parts: StoreParts) -> list[str]:
     """Every scope with a stored memory (live or not), sorted."""
-    m = tables.memories
-    with store_errors(None, layer=_LAYER, doing="listing scopes"):
-        async with engine.connect() as conn:
-            rows = await conn.execute(select(m.c.scope).distinct().order_by(m.c.scope))
-            return [row[0] for row in rows]
+    m = parts.tables.memories
+    async with parts.connect("listing scopes") as conn:
+        rows = await conn.execute(select(m.c.scope).distinct().order_by(m.c.scope))
+        return [row[0] for row in rows]
 
 
 async def search(
-    engine: AsyncEngine,
-    tables: Tables,
-    cipher: MemoryCipher,
-    index: FullTextIndex,
-    semantic: SemanticIndex | None,
-    scope: str,
-    query: str,
-    *,
-    limit: int,
-    kinds: Sequence[str] | None,
-    clock: Callable[[], float],
+    parts: StoreParts, scope: str, query: str, *, limit: int, kinds: Sequence[str] | None
 ) -> list[tuple[Memory, float]]:
     """Live memories matching ``query``, best first, with their fused, weighed scores."""
     query_terms = term_counts(query) if isinstance(query, str) else {}
-    semantic = semantic if isinstance(query, str) and query.strip() else None
+    semantic = parts.semantic if isinstance(query, str) and query.strip() else None
     if not query_terms and semantic is None:
         return []
     query_vector = (await semantic.embed([query]))[0] if semantic is not None else None
-    now = float(clock())
-    with store_errors(None, layer=_LAYER, doing="searching memories"):
-        async with engine.connect() as conn:
-            by_words: list[Row[Any]] = []
-            if query_terms:
-                by_words = list(await index.ranked(conn, scope, query_terms, limit, now))
-                by_words.sort(key=lambda row: -float(row.total))
-            near: list[tuple[str, float]] = []
-            by_meaning: list[Row[Any]] = []
-            if semantic is not None and query_vector is not None:
-                near = await semantic.nearest(conn, scope, query_vector, 2 * limit)
-                near_ids = [memory_id for memory_id, _ in near]
-                by_meaning = await _live_rows(conn, tables, scope, near_ids, by_words, now)
+    now = parts.now()
+    async with parts.connect("searching memories") as conn:
+        by_words: list[Row[Any]] = []
+        if query_terms:
+            by_words = list(await parts.index.ranked(conn, scope, query_terms, limit, now))
+            by_words.sort(key=lambda row: -float(row.total))
+        near: list[tuple[str, float]] = []
+        by_meaning: list[Row[Any]] = []
+        if semantic is not None and query_vector is not None:
+            near = await semantic.nearest(conn, scope, query_vector, 2 * limit)
+            near_ids = [memory_id for memory_id, _ in near]
+            by_meaning = await _live_rows(conn, parts.tables, scope, near_ids, by_words, now)
     rows = [*by_words, *by_meaning]
     if not rows:
         return []
-    memories = {row.id: memory_from_row(cipher, row) for row in rows}
+    memories = {row.id: memory_from_row(parts.cipher, row) for row in rows}
     if semantic is None:
         best = float(by_words[0].total)
         relevance = {row.id: float(row.total) / best for row in by_words}
@@ -159,27 +134,17 @@ async def _live_rows(
     return list((await conn.execute(query)).all())
 
 
-async def profile(
-    engine: AsyncEngine,
-    tables: Tables,
-    cipher: MemoryCipher,
-    scope: str,
-    *,
-    exclude: set[str],
-    clock: Callable[[], float],
-) -> list[Memory]:
+async def profile(parts: StoreParts, scope: str, *, exclude: set[str]) -> list[Memory]:
     """The scope's standing preferences and facts not in ``exclude``, best first."""
-    m = tables.memories
+    m = parts.tables.memories
     # The most recently updated standing memories; a scope of thousands stays cheap.
     standing = await select_memories(
-        engine,
-        tables,
-        cipher,
+        parts,
         and_(m.c.scope == scope, m.c.kind.in_(("preference", "fact"))),
-        now=float(clock()),
+        now=parts.now(),
         newest=2 * PROFILE,
     )
-    now = float(clock())
+    now = parts.now()
     standing = [memory for memory in standing if memory.id not in exclude]
     standing.sort(key=lambda x: (-precedence(x, now=now), x.id))
     return standing[:PROFILE]

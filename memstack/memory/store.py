@@ -11,8 +11,9 @@
     >>> asyncio.run(demo())
     ['Prefers answers in French']
 
-The store is a thin facade: it owns the engine, the cipher, the indexes and the clock, and
-each method checks its arguments and calls one function of the module that does the work:
+The store is a thin facade: it builds the engine, the cipher, the indexes and the clock
+into one ``StoreParts`` (``memstack.memory.parts``), and each method checks its arguments
+and hands those parts to one function of the module that does the work:
 ``writing`` (remember, supersede, verify), ``reading`` (select, search, profile),
 ``forgetting`` (forget, erase, scrub, expiry), ``maintenance`` (consolidate, rotate,
 embed), with ``events`` writing the audit trail (never memory text) in the same
@@ -34,7 +35,6 @@ import memstack.memory.forgetting as forgetting
 import memstack.memory.maintenance as maintenance
 import memstack.memory.reading as reading
 import memstack.memory.writing as writing
-from memstack.backends.translate import store_errors
 from memstack.crypto.keys import KeyProvider
 from memstack.errors import ConfigurationError
 from memstack.memory.cipher import MemoryCipher, keys_from
@@ -43,6 +43,7 @@ from memstack.memory.database import open_engine, prepare, secure_delete
 from memstack.memory.events import read_history
 from memstack.memory.fulltext import FullTextIndex
 from memstack.memory.models import KINDS, Event, Memory, Provenance, check_choice, check_scope
+from memstack.memory.parts import LAYER, StoreParts
 from memstack.memory.ranking import BM25, HEADER, CachedCount, pack
 from memstack.memory.schema import SCHEMA_VERSION, Tables, tables
 from memstack.memory.semantic import SemanticIndex
@@ -50,7 +51,6 @@ from memstack.memory.vectors import Embedder, embedder_named
 
 __all__ = ["MemoryStore", "Recall"]
 
-_LAYER = "MemoryStore"
 # BM25 candidates fetched before precedence and budget decide: max_tokens / 20 (a memory
 # line is rarely under 20 tokens), at most this many.
 _CANDIDATES = 200
@@ -93,7 +93,7 @@ class MemoryStore:
         if not isinstance(engine, AsyncEngine):
             raise ConfigurationError(
                 f"engine must be a SQLAlchemy AsyncEngine, not {type(engine).__name__}",
-                layer=_LAYER,
+                layer=LAYER,
             )
         self.engine = engine
         self.cipher = MemoryCipher(keys_from(key, keyring))
@@ -107,6 +107,8 @@ class MemoryStore:
         named = embedder_named(embedder)
         self.semantic = SemanticIndex(named, self.tables, self.cipher) if named else None
         self._count_tokens = CachedCount(count_tokens)
+        # What every module function works on, built once (memstack.memory.parts).
+        self.parts = StoreParts(engine, self.tables, self.cipher, self.index, self.semantic, clock)
         self._ready = False
         secure_delete(engine)
 
@@ -139,9 +141,6 @@ class MemoryStore:
     async def schema_version(self) -> int:
         await self._prepare()
         return SCHEMA_VERSION
-
-    def _now(self) -> float:
-        return float(self.clock())
 
     # -- writing ---------------------------------------------------------------------------
     async def remember(
@@ -207,7 +206,7 @@ class MemoryStore:
         return writing.build_memory(
             scope,
             text,
-            now=self._now(),
+            now=self.parts.now(),
             kind=kind,
             source=source,
             key=key,
@@ -226,24 +225,13 @@ class MemoryStore:
         """Store several memories in one transaction (ingestion, distillation)."""
         await self._prepare()
         stored = list(memories)
-        vectors = await self.semantic.embed([m.text for m in stored]) if self.semantic else []
-        await writing.insert_memories(
-            self.engine,
-            self.tables,
-            self.cipher,
-            self.index,
-            self.semantic,
-            stored,
-            vectors,
-            actor=actor,
-            clock=self.clock,
-        )
+        await writing.insert_memories(self.parts, stored, actor=actor)
         return stored
 
     async def verify(self, scope: str, memory_id: str, *, actor: str = "api") -> Memory:
         """Mark a memory as checked now (procedures re-validated, facts confirmed)."""
         memory = await self._require(scope, memory_id)
-        return await writing.verify(self.engine, self.tables, memory, actor=actor, clock=self.clock)
+        return await writing.verify(self.parts, memory, actor=actor)
 
     # -- key–value surface -----------------------------------------------------------------
     async def write(self, scope: str, key: str, text: str, **options: Any) -> Memory:
@@ -276,8 +264,8 @@ class MemoryStore:
     # -- reading ---------------------------------------------------------------------------
     async def _select(self, where: Any, *, live: bool) -> list[Memory]:
         await self._prepare()
-        now = self._now() if live else None
-        return await reading.select_memories(self.engine, self.tables, self.cipher, where, now=now)
+        now = self.parts.now() if live else None
+        return await reading.select_memories(self.parts, where, now=now)
 
     async def get(self, scope: str, memory_id: str) -> Memory | None:
         m = self.tables.memories
@@ -287,7 +275,7 @@ class MemoryStore:
     async def _require(self, scope: str, memory_id: str) -> Memory:
         memory = await self.get(scope, memory_id)
         if memory is None:
-            raise ConfigurationError(f"no memory {memory_id!r} in scope {scope!r}", layer=_LAYER)
+            raise ConfigurationError(f"no memory {memory_id!r} in scope {scope!r}", layer=LAYER)
         return memory
 
     async def list_memories(
@@ -302,14 +290,13 @@ class MemoryStore:
 
     async def scopes(self) -> list[str]:
         await self._prepare()
-        return await reading.scopes(self.engine, self.tables)
+        return await reading.scopes(self.parts)
 
     async def history(self, memory_id: str) -> list[Event]:
         """Every change to ``memory_id``, oldest first: action, actor, time; never text."""
         await self._prepare()
-        with store_errors(None, layer=_LAYER, doing="reading the audit trail"):
-            async with self.engine.connect() as conn:
-                return await read_history(conn, self.tables, memory_id)
+        async with self.parts.connect("reading the audit trail") as conn:
+            return await read_history(conn, self.tables, memory_id)
 
     # -- search ----------------------------------------------------------------------------
     async def search(
@@ -323,18 +310,7 @@ class MemoryStore:
         """
         check_scope(scope)
         await self._prepare()
-        return await reading.search(
-            self.engine,
-            self.tables,
-            self.cipher,
-            self.index,
-            self.semantic,
-            scope,
-            query,
-            limit=limit,
-            kinds=kinds,
-            clock=self.clock,
-        )
+        return await reading.search(self.parts, scope, query, limit=limit, kinds=kinds)
 
     async def recall(
         self,
@@ -354,21 +330,14 @@ class MemoryStore:
         """
         if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
             raise ConfigurationError(
-                f"max_tokens must be an int >= 1, not {max_tokens!r}", layer=_LAYER
+                f"max_tokens must be an int >= 1, not {max_tokens!r}", layer=LAYER
             )
         # Enough candidates to fill the budget with short memories, and no more to decode.
         limit = min(_CANDIDATES, max(20, max_tokens // 20))
         ranked = [m for m, _ in await self.search(scope, query, limit=limit, kinds=kinds)]
         if profile:
             await self._prepare()
-            ranked += await reading.profile(
-                self.engine,
-                self.tables,
-                self.cipher,
-                scope,
-                exclude={m.id for m in ranked},
-                clock=self.clock,
-            )
+            ranked += await reading.profile(self.parts, scope, exclude={m.id for m in ranked})
         header = HEADER if header is None else header  # "" asks for no header
         packed = pack(ranked, max_tokens=max_tokens, count=self._count_tokens, header=header)
         return Recall(packed.memories, packed.text, packed.tokens)
@@ -388,17 +357,9 @@ class MemoryStore:
         (``secure_delete``) and PostgreSQL is vacuumed after a whole-scope forget. The
         audit trail records each deletion without the text. Returns how many were deleted.
         """
-        chosen = forgetting.target(self.tables, self.cipher, scope, memory_id, key=key)
+        chosen = forgetting.target(self.parts, scope, memory_id, key=key)
         await self._prepare()
-        return await forgetting.forget(
-            self.engine,
-            self.tables,
-            self.index,
-            self.semantic,
-            chosen,
-            actor=actor,
-            clock=self.clock,
-        )
+        return await forgetting.forget(self.parts, chosen, actor=actor)
 
     async def erase(self, scope: str, *, actor: str = "governance") -> int:
         """Forget the whole scope and its audit events: nothing of it stays (forget a user).
@@ -408,17 +369,9 @@ class MemoryStore:
         fact of the erasure is kept by the caller's trail (``memstack.audit``), under a
         pseudonym. Returns how many memories were deleted.
         """
-        chosen = forgetting.target(self.tables, self.cipher, scope)
+        chosen = forgetting.target(self.parts, scope)
         await self._prepare()
-        return await forgetting.erase(
-            self.engine,
-            self.tables,
-            self.index,
-            self.semantic,
-            chosen,
-            actor=actor,
-            clock=self.clock,
-        )
+        return await forgetting.erase(self.parts, chosen, actor=actor)
 
     async def scrub(self) -> None:
         """Make deleted rows' bytes unrecoverable where the database keeps them around.
@@ -430,14 +383,12 @@ class MemoryStore:
         later (a whole-scope ``forget`` calls it once). SQLite needs nothing here: it
         runs with ``secure_delete``.
         """
-        await forgetting.scrub(self.engine, self.tables)
+        await forgetting.scrub(self.parts)
 
     async def purge_expired(self, scope: str, *, actor: str = "expiry") -> int:
         """Hard-delete memories whose expiry has passed (the other way rows leave)."""
         await self._prepare()
-        return await forgetting.purge_expired(
-            self.engine, self.tables, self.index, scope, actor=actor, clock=self.clock
-        )
+        return await forgetting.purge_expired(self.parts, scope, actor=actor)
 
     # -- maintenance (memstack.memory.maintenance) ------------------------------------------
     async def embed_missing(self, scope: str, *, batch_size: int = 256) -> int:
@@ -448,17 +399,9 @@ class MemoryStore:
         """
         check_scope(scope)
         if self.semantic is None:
-            raise ConfigurationError("embed_missing needs a store with an embedder", layer=_LAYER)
+            raise ConfigurationError("embed_missing needs a store with an embedder", layer=LAYER)
         await self._prepare()
-        return await maintenance.embed_missing(
-            self.engine,
-            self.tables,
-            self.cipher,
-            self.semantic,
-            scope,
-            batch_size=batch_size,
-            clock=self.clock,
-        )
+        return await maintenance.embed_missing(self.parts, scope, batch_size=batch_size)
 
     async def consolidate(
         self,
@@ -475,19 +418,15 @@ class MemoryStore:
         """
         memories = await self.list_memories(scope)
         changes = plan_consolidation(
-            memories, now=self._now(), policy=policy or ConsolidationPolicy()
+            memories, now=self.parts.now(), policy=policy or ConsolidationPolicy()
         )
         if not dry_run and changes:
-            await maintenance.apply_consolidation(
-                self.engine, self.tables, self.index, scope, changes, actor=actor, clock=self.clock
-            )
+            await maintenance.apply_consolidation(self.parts, scope, changes, actor=actor)
         return changes
 
     async def rotate(self, scope: str | None = None, *, actor: str = "rotation") -> int:
         """Re-seal and re-index memories written under older keys with the active key."""
         if not self.cipher.encrypted:
-            raise ConfigurationError("rotate needs a store opened with a key", layer=_LAYER)
+            raise ConfigurationError("rotate needs a store opened with a key", layer=LAYER)
         await self._prepare()
-        return await maintenance.rotate(
-            self.engine, self.tables, self.cipher, self.index, scope, actor=actor, clock=self.clock
-        )
+        return await maintenance.rotate(self.parts, scope, actor=actor)

@@ -1,0 +1,77 @@
+"""What the memory modules share: the database, its tables, the indexes, the cipher, the clock.
+
+    >>> from memstack.memory import MemoryStore
+    >>> parts = MemoryStore.from_url("sqlite://:memory:", clock=lambda: 7).parts
+    >>> parts.now(), parts.semantic is None, parts.tables.memories.name
+    (7.0, True, 'memstack_memories')
+
+``MemoryStore`` builds one ``StoreParts`` and hands it to every function of ``writing``,
+``reading``, ``forgetting`` and ``maintenance`` as their first argument, so those take
+only what varies per call; a frozen value, not the store, keeps them from reaching into
+the facade. Every transaction goes through ``begin`` and every read through ``connect``,
+which turn database failures into ``BackendError`` naming what was being done.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from memstack.backends.translate import store_errors
+from memstack.memory.cipher import MemoryCipher
+from memstack.memory.events import log_event
+from memstack.memory.fulltext import FullTextIndex
+from memstack.memory.models import Memory
+from memstack.memory.schema import Tables
+from memstack.memory.semantic import SemanticIndex
+
+__all__ = ["LAYER", "StoreParts"]
+
+# The layer named in errors: the modules work on behalf of the store.
+LAYER = "MemoryStore"
+
+
+@dataclass(frozen=True, slots=True)
+class StoreParts:
+    """The collaborators of a ``MemoryStore``, handed to its modules as one value."""
+
+    engine: AsyncEngine
+    tables: Tables
+    cipher: MemoryCipher
+    index: FullTextIndex
+    semantic: SemanticIndex | None
+    clock: Callable[[], float]
+
+    def now(self) -> float:
+        return float(self.clock())
+
+    @asynccontextmanager
+    async def begin(self, doing: str) -> AsyncIterator[AsyncConnection]:
+        """A transaction; database failures become ``BackendError`` naming ``doing``."""
+        with store_errors(None, layer=LAYER, doing=doing):
+            async with self.engine.begin() as conn:
+                yield conn
+
+    @asynccontextmanager
+    async def connect(self, doing: str) -> AsyncIterator[AsyncConnection]:
+        """A connection for reading; failures as in ``begin``."""
+        with store_errors(None, layer=LAYER, doing=doing):
+            async with self.engine.connect() as conn:
+                yield conn
+
+    async def log(
+        self,
+        conn: AsyncConnection,
+        memories: Iterable[Memory] | Iterable[tuple[str, str]],
+        action: str,
+        *,
+        actor: str,
+        detail: Mapping[str, Any] | None = None,
+    ) -> None:
+        """Audit events for ``memories`` (see ``log_event``), stamped with the clock now."""
+        at = self.now()
+        await log_event(conn, self.tables, memories, action, actor=actor, at=at, detail=detail)
