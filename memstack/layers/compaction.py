@@ -16,16 +16,15 @@
     >>> view[0]["role"], len(view), len(store.rows)
     ('developer', 5, 17)
 
-Why a layer, and why it only appends: the model's context is bounded, but the history is
-a record its users may need whole, so this layer changes what the model sees, never what
-is kept. ``Mask`` rewrites the view on each read; ``Summarize`` (any model) or
-``ResponsesCompact`` (OpenAI's ``responses.compact``) writes one record that stands for
-older units when the ``trigger`` fires after ``add_items``, or on ``compact()``. The
-policy is pure and lives in ``memstack.compaction``: the options in ``config``, the
-stored format in ``records``, what a read shows in ``view``, where to cut in ``plan``;
-this file reads, asks them, calls the strategy and writes. What users can rely on
-(append and rewrite modes, crashes, pop and expiry, ``on_error``) is in README
-("Compaction").
+Why a layer that (by default) only appends: the model's context is bounded, but the
+history is a record its users may need whole, so this layer changes what the model sees,
+not what is kept. ``Mask`` rewrites the view on each read; ``Summarize`` (any model) or
+``ResponsesCompact`` (OpenAI's ``responses.compact``) writes one record standing for older
+units when the ``trigger`` fires after ``add_items``, or on ``compact()``. The policy is
+pure, in ``memstack.compaction``: options in ``config``, the stored format in ``records``,
+what a read shows in ``view``, where to cut in ``plan``. ``compaction_reader`` reads the
+tail; this file asks them, calls the strategy and writes. What users can rely on (modes,
+crashes, pop and expiry, ``on_error``) is in README ("Compaction").
 """
 
 from __future__ import annotations
@@ -47,7 +46,7 @@ from memstack.compaction.plan import Plan, anchors_after, decide
 from memstack.compaction.records import Record, RecordFormatError, is_record, parse_record, pop_last
 from memstack.compaction.strategies import Compactor
 from memstack.compaction.triggers import Estimate, Trigger, after_write
-from memstack.compaction.view import Need, Resolution, resolve
+from memstack.compaction.view import Resolution
 from memstack.errors import (
     CapabilityError,
     CompactionWarning,
@@ -55,7 +54,7 @@ from memstack.errors import (
     ItemValidationError,
     SummarizerError,
 )
-from memstack.history import stored_items
+from memstack.layers.compaction_reader import TailReader
 from memstack.tokens import ItemCounter, TokenCounter
 
 if TYPE_CHECKING:
@@ -69,7 +68,6 @@ logger = logging.getLogger("memstack.compaction")
 
 Item = dict[str, Any]
 Strategy = Mask | Compactor
-_FIRST_READ = 32
 
 
 class CompactionSession(SessionLayer):
@@ -114,8 +112,7 @@ class CompactionSession(SessionLayer):
         # loop (Runner.run_sync in workers), share one session, so a stack must allow it.
         self._lock = aiologic.Lock()  # one compaction at a time
         self._write_lock = aiologic.Lock()  # this process's writes vs. placing a record
-        # How many stored entries the last read needed; only sizes the next first read.
-        self._read_hint = _FIRST_READ
+        self.reader = TailReader(inner, layer=type(self).__name__)
         # The trigger's measure as of the last full check, plus this process's writes.
         self._estimate: Estimate | None = None
 
@@ -141,7 +138,7 @@ class CompactionSession(SessionLayer):
         self, limit: int | None = None, *, wrapper: RunContextWrapper[Any] | None = None
     ) -> list[TResponseInputItem]:
         """The view (summary, then uncovered items, masked); with ``limit``, its last items."""
-        res, _ = await self._read(wrapper)
+        res, _ = await self.reader.read(wrapper)
         view = self.filter_model_input(res.view)
         limit = resolve_session_limit(limit, self.session_settings)
         if limit is None:
@@ -223,7 +220,7 @@ class CompactionSession(SessionLayer):
     ) -> Record | None:
         assert self.compactor is not None
         rewrite = self.mode == "rewrite"
-        res, times = await self._read(wrapper, complete=rewrite)
+        res, times = await self.reader.read(wrapper, complete=rewrite)
         masked = self.filter_model_input(res.raw)
         step = decide(
             res,
@@ -262,7 +259,7 @@ class CompactionSession(SessionLayer):
         # (the items since the covered ones) is exact; another process appending in that
         # instant only voids the record (reads then ignore it), it never hides an item.
         async with self._write_lock:
-            current, _ = await self._read(wrapper)
+            current, _ = await self.reader.read(wrapper)
             anchors = anchors_after(current, plan)
             if anchors is None:
                 return None
@@ -282,40 +279,6 @@ class CompactionSession(SessionLayer):
         async with self._write_lock:
             done = await caps.replace_oldest(plan.replace, [record.to_item()], expect=expect)
         return record if done else None
-
-    # -- reading ------------------------------------------------------------------------
-    async def _read(
-        self,
-        wrapper: RunContextWrapper[Any] | None,
-        *,
-        complete: bool = False,
-    ) -> tuple[Resolution, list[float | None]]:
-        """Resolve the newest stored entries, reading further back until it is decided.
-
-        ``complete`` reads everything. Returns the write time of each entry of the window
-        (None where no retention layer below knows it).
-        """
-        size = max(_FIRST_READ, self._read_hint + self._read_hint // 4)
-        caps = capabilities_of(self.inner)
-        native = caps.counts_cheaply
-        while True:
-            tail = await caps.read_tail(size, wrapper=wrapper)
-            window = stored_items(tail.items, layer=type(self).__name__, session_id=self.session_id)
-            done = len(window) < size
-            # The generic adapter, and a TTL layer's (it counts live items), count by
-            # reading everything, which would make every read read the whole history. The
-            # generic one's store cannot drop its oldest items atomically, and a retention
-            # layer dates the record to expire with them (``add_derived``), so there the
-            # first covered item is checked only when the read reaches it.
-            res = resolve(window, complete=done, trust_first=not native)
-            if res is Need.SIZE:
-                stored = await caps.count()
-                res = resolve(window, complete=done, store_size=stored)
-            if isinstance(res, Resolution) and (done or not complete):
-                break
-            size *= 4
-        self._read_hint = max(_FIRST_READ, res.depth)
-        return res, tail.written_at
 
     # -- within a run -------------------------------------------------------------------
     def filter_model_input(self, items: Sequence[Item]) -> list[Item]:
