@@ -13,7 +13,8 @@
 Each type below carries a ``description`` of what it accepts; a failed check raises
 ``ConfigurationError`` naming the layer, the field, that description and the value given,
 so every layer words its errors alike and a constructor holds no hand-written checks.
-Rules across fields are ``model_validator``s raising ``ValueError`` with the message.
+Rules across fields are ``model_validator``s raising ``ValueError`` with the message
+(``raise ValueError(…) from err`` keeps ``err`` as the ``ConfigurationError``'s cause).
 """
 
 from __future__ import annotations
@@ -68,7 +69,14 @@ class Options(BaseModel):
         try:
             return cls(**values)
         except ValidationError as exc:
-            raise ConfigurationError(_message(cls, exc), layer=cls.layer or None) from None
+            raise ConfigurationError(_message(cls, exc), layer=cls.layer or None) from _cause(exc)
+
+
+def _cause(exc: ValidationError) -> BaseException | None:
+    # pydantic's own report only repeats the message; a validator's ``raise … from err``
+    # (a policy table that failed to build) is worth keeping.
+    error = exc.errors(include_url=False)[0].get("ctx", {}).get("error")
+    return error.__cause__ if isinstance(error, BaseException) else None
 
 
 def _message(model: type[BaseModel], exc: ValidationError) -> str:

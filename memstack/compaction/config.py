@@ -1,4 +1,4 @@
-"""Compaction policies from plain mappings, as recipes (TOML) write them.
+"""A ``CompactionSession``'s options, checked in one place; policies from plain mappings.
 
     >>> from memstack.compaction.config import strategy_from_config, trigger_from_config
     >>> trigger_from_config({"tokens": 60000, "target": 30000})
@@ -12,23 +12,32 @@ Each strategy entry is a one-key table naming the kind: ``mask``, ``summarize`` 
 ``{ openai = { model = …, base_url = …, api_key = … } }`` or ``{ extractive = {…} }``.
 A trigger is ``{ tokens = N }``, ``{ items = N }`` or ``{ turns = N }``, with an optional
 ``target``. A ``timeout`` may be written as a duration: ``"2m"``.
+
+``CompactionOptions`` turns the constructor's arguments into checked policies: the
+strategy split into its two roles (a ``Mask`` for the view, a ``Compactor`` that
+summarises), the rules between options applied, with the messages users see. The two
+checks that need the wrapped store (a server-side conversation, an atomic store for
+``mode="rewrite"``) stay with the layer.
 """
 
 from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Annotated, Any, Literal, Self
+
+from pydantic import Field, SkipValidation, model_validator
 
 from memstack.compaction.extractive import ExtractiveSummarizer
 from memstack.compaction.masking import Mask
-from memstack.compaction.strategies import ResponsesCompact, Summarize
+from memstack.compaction.strategies import Compactor, ResponsesCompact, Summarize
 from memstack.compaction.summarizer import OpenAIChatSummarizer
 from memstack.compaction.triggers import Items, Tokens, Trigger, Turns
 from memstack.durations import parse_durations
 from memstack.errors import ConfigurationError
+from memstack.options import Counter, ModelName, Options, Size
 
-__all__ = ["strategy_from_config", "trigger_from_config"]
+__all__ = ["CompactionOptions", "strategy_from_config", "trigger_from_config"]
 
 _TRIGGERS: dict[str, type[Tokens] | type[Items] | type[Turns]] = {
     "tokens": Tokens,
@@ -104,3 +113,75 @@ def trigger_from_config(value: object) -> Trigger | None:
         _TRIGGERS[kind], f"trigger {kind!r}", {"limit": value[kind], "target": value.get("target")}
     )
     return trigger
+
+
+def _split_strategy(strategy: object) -> tuple[Mask | None, Compactor | None]:
+    """``strategy`` (one policy or a list) as its mask and its compactor, each optional."""
+    parts = list(strategy) if isinstance(strategy, list | tuple) else [strategy]
+    masks = [p for p in parts if isinstance(p, Mask)]
+    compactors = [p for p in parts if not isinstance(p, Mask) and isinstance(p, Compactor)]
+    if not parts or len(masks) + len(compactors) != len(parts):
+        raise ValueError(
+            "strategy must be Mask(...), Summarize(...), ResponsesCompact(...) or a list of "
+            f"them, got {strategy!r}"
+        )
+    if len(masks) > 1 or len(compactors) > 1:
+        raise ValueError("strategy takes at most one Mask and one of Summarize/ResponsesCompact")
+    return (masks[0] if masks else None), (compactors[0] if compactors else None)
+
+
+class CompactionOptions(Options, layer="CompactionSession"):
+    """Checked from ``strategy=``, ``trigger=`` and the rest of the constructor's options."""
+
+    mask: SkipValidation[Mask | None] = None
+    compactor: SkipValidation[Compactor | None] = None
+    trigger: SkipValidation[Trigger | None] = None
+    keep_last_turns: Size = 1
+    mode: Annotated[Literal["append", "rewrite"], Field(description="'append' or 'rewrite'")] = (
+        "append"
+    )
+    on_error: Annotated[Literal["warn", "raise"], Field(description="'warn' or 'raise'")] = "warn"
+    counter: Counter = None
+    model: ModelName = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _policies(cls, values: dict[str, Any]) -> dict[str, Any]:
+        values = dict(values)
+        try:  # recipes write policies as plain tables
+            strategy = strategy_from_config(values.pop("strategy", None))
+            trigger = trigger_from_config(values.get("trigger"))
+        except ConfigurationError as exc:
+            raise ValueError(exc.reason) from exc
+        values["mask"], values["compactor"] = _split_strategy(strategy)
+        if trigger is not None and not isinstance(trigger, Trigger):
+            raise ValueError(
+                f"trigger must be Tokens(...), Items(...) or Turns(...), not {trigger!r}"
+            )
+        values["trigger"] = trigger
+        return values
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Self:
+        if self.trigger is not None and self.compactor is None:
+            raise ValueError(
+                "a trigger needs a strategy that compacts (Summarize or ResponsesCompact); "
+                "Mask alone applies on every read"
+            )
+        if self.model is not None and self.counter is not None:
+            raise ValueError("pass model or counter, not both")
+        if self.mode == "rewrite" and self.compactor is None:
+            raise ValueError("mode='rewrite' needs Summarize or ResponsesCompact")
+        trigger, compactor = self.trigger, self.compactor
+        if (
+            isinstance(trigger, Tokens)
+            and isinstance(compactor, Summarize)
+            and trigger.target is not None
+            and trigger.target + compactor.max_tokens >= trigger.limit
+        ):
+            raise ValueError(
+                f"trigger.target ({trigger.target}) + the summary's max_tokens "
+                f"({compactor.max_tokens}) must stay below trigger.limit ({trigger.limit}),"
+                " or a compacted view could fire the trigger again at once"
+            )
+        return self

@@ -8,10 +8,11 @@
     >>> choose_stop(raw, [1, 1, 1, 1], keep_last_turns=1, target=10)
     2
 
-Pure functions: the layer reads, asks here, calls the strategy, and writes. The kept tail
-is the last ``keep_last_turns`` user turns, cut further (at unit boundaries only) while
-it measures more than the trigger's ``target``; the newest unit is always kept, and a
-tool call whose output has not been written yet is never covered.
+Pure functions: the layer reads, asks ``decide`` (an ``Estimate`` while the view is within
+the trigger's limit, else the ``Plan`` to carry out), calls the strategy, and writes. The
+kept tail is the last ``keep_last_turns`` user turns, cut further (at unit boundaries
+only) while it measures more than the trigger's ``target``; the newest unit is always
+kept, and a tool call whose output has not been written yet is never covered.
 
 The newest user message is never summarised away: when an agent loop is long enough
 that its own turn is covered, the message that set the task is carried verbatim in the
@@ -25,10 +26,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from memstack.compaction.records import Anchors, Record, digest
+from memstack.compaction.triggers import Estimate, Trigger
 from memstack.compaction.view import Resolution
 from memstack.history import cut_points, is_output, is_pinned, is_user_message, pair_key
+from memstack.tokens import ItemCounter
 
-__all__ = ["Plan", "anchors_after", "choose_stop", "plan_compaction"]
+__all__ = ["Plan", "anchors_after", "choose_stop", "decide", "plan_compaction"]
 
 Item = dict[str, Any]
 
@@ -89,6 +92,37 @@ class Plan:
             pinned=tuple(dict(item) for item in self.pinned),
             method=method,
         )
+
+    def derived_from(self, written_at: Sequence[float | None]) -> float | None:
+        """The oldest known write time of what the record stands for (per window entry)."""
+        known = [t for i in self.sources if (t := written_at[i]) is not None]
+        return min(known) if known else None
+
+
+def decide(
+    res: Resolution,
+    masked: Sequence[Item],
+    *,
+    trigger: Trigger | None,
+    counter: ItemCounter,
+    keep_last_turns: int,
+    force: bool,
+) -> Estimate | Plan | None:
+    """What one read asks of a compaction.
+
+    ``masked`` is ``res.raw`` as the model sees it. An ``Estimate`` when the view is within
+    the trigger's limit (nothing to do; the measure to carry across later writes), a
+    ``Plan`` to carry out, or None when every uncovered unit is kept verbatim. ``force``
+    (``compact()``) skips the measure.
+    """
+    if not force and trigger is not None:
+        measure = sum(trigger.weights([*res.head, *masked], counter))
+        if measure <= trigger.limit:
+            return Estimate(measure)
+    weights = trigger.weights(masked, counter) if trigger is not None else [1] * len(masked)
+    target = trigger.target if trigger is not None else None
+    stop = choose_stop(res.raw, weights, keep_last_turns=keep_last_turns, target=target)
+    return plan_compaction(res, stop)
 
 
 def plan_compaction(res: Resolution, stop: int) -> Plan | None:

@@ -51,6 +51,7 @@ __all__ = [
     "is_record",
     "item_hash",
     "parse_record",
+    "pop_last",
 ]
 
 Item = Mapping[str, Any]
@@ -136,6 +137,25 @@ class Record:
                  "after": a.after, "after_hash": a.after_hash}
             )  # fmt: skip
         return item
+
+
+def pop_last(record: Record) -> tuple[dict[str, Any], Record | None]:
+    """A rewrite-mode record met by ``pop_item``: its last item, and the shorter record left.
+
+    In rewrite mode the record is the oldest history itself, so popping past the newer
+    items reaches into it; None when the record held only that one item.
+    """
+    *rest, last = record.head
+    if not rest:
+        return last, None
+    pinned = len(record.pinned)
+    shorter = Record(
+        summary=tuple(rest[pinned:]),
+        pinned=tuple(rest[:pinned]),
+        count=record.count,
+        method=record.method,
+    )
+    return last, shorter
 
 
 def _items(value: object, field: str) -> tuple[dict[str, Any], ...]:

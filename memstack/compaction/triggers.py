@@ -22,7 +22,7 @@ from memstack.errors import ConfigurationError
 from memstack.history import cut_points, is_user_message
 from memstack.tokens import ItemCounter
 
-__all__ = ["Estimate", "Items", "Tokens", "Trigger", "Turns"]
+__all__ = ["Estimate", "Items", "Tokens", "Trigger", "Turns", "after_write"]
 
 Item = Mapping[str, Any]
 
@@ -122,3 +122,17 @@ class Estimate:
     def decides(self, *, limit: int) -> bool:
         """True when this estimate alone says the trigger does not fire."""
         return self.total <= limit and self.writes < self.FULL_CHECK_EVERY
+
+
+def after_write(
+    estimate: Estimate | None, trigger: Trigger, items: Sequence[Item], counter: ItemCounter
+) -> Estimate | None:
+    """``estimate`` plus a write of ``items`` when that alone decides; None: check in full.
+
+    Most writes are decided so, with no read: a turn costs one view read (the Runner's),
+    not two.
+    """
+    if estimate is None:
+        return None
+    carried = estimate.plus(sum(trigger.weights(items, counter)))
+    return carried if carried.decides(limit=trigger.limit) else None

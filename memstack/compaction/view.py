@@ -103,6 +103,15 @@ class Resolution:
         """Unmasked view: the record's pinned and summary items, then the uncovered tail."""
         return [*self.head, *self.raw]
 
+    @property
+    def depth(self) -> int:
+        """Newest entries the next read needs: from the anchor on, or back to ``reach``.
+
+        The first covered item is then checked by count, not read.
+        """
+        needed = self.anchor_index if self.record is not None else self.reach
+        return len(self.window) - max(0, needed)
+
 
 def resolve(
     window: Sequence[Item],

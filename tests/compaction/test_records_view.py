@@ -8,15 +8,18 @@ from typing import Any
 
 import pytest
 
-from memstack.compaction.plan import anchors_after, choose_stop, plan_compaction
+from memstack.compaction.plan import Plan, anchors_after, choose_stop, decide, plan_compaction
 from memstack.compaction.records import (
     Record,
     RecordFormatError,
     item_hash,
     parse_record,
+    pop_last,
 )
+from memstack.compaction.triggers import Estimate, Items, after_write
 from memstack.compaction.view import Need, Resolution, resolve
 from memstack.testing import sample_items
+from memstack.tokens import TokenCounter
 
 SUMMARY = ({"role": "developer", "content": "summary"},)
 
@@ -216,3 +219,45 @@ def test_a_read_hashes_only_what_locates_the_record(monkeypatch: pytest.MonkeyPa
     seen = view(stored)
     assert seen[len(SUMMARY) :] == items[200:]
     assert 0 < len(hashed) < 120  # the anchor, the first covered item, the 100 after it
+
+
+def test_pop_last_hands_out_a_rewrite_records_items_newest_first() -> None:
+    task = {"role": "user", "content": "the task"}
+    summary = ({"role": "developer", "content": "s1"}, *SUMMARY)
+    record = Record(summary=summary, count=5, pinned=(task,), method="responses")
+    popped: list[dict[str, Any]] = []
+    left: Record | None = record
+    while left is not None:
+        item, left = pop_last(left)
+        popped.append(item)
+        if left is not None:  # what the store keeps still parses, with what it stood for
+            assert parse_record(left.to_item()) == left
+            assert (left.count, left.method, left.anchors) == (5, "responses", None)
+    assert popped == [*reversed(record.summary), task]
+
+
+def test_decide_measures_then_plans() -> None:
+    stored = sample_items(16)
+    res = resolve(stored, complete=True)
+    assert isinstance(res, Resolution)
+    counter = TokenCounter()
+    kwargs: dict[str, Any] = {"counter": counter, "keep_last_turns": 1}
+    assert decide(res, res.raw, trigger=Items(16, target=4), force=False, **kwargs) == Estimate(16)
+    plan = decide(res, res.raw, trigger=Items(15, target=4), force=False, **kwargs)
+    assert isinstance(plan, Plan) and plan.stop == 12  # the last turn (4 items) kept
+    forced = decide(res, res.raw, trigger=Items(16, target=4), force=True, **kwargs)
+    assert isinstance(forced, Plan) and forced.stop == 12
+    one_turn = resolve(stored[:4], complete=True)
+    assert isinstance(one_turn, Resolution)
+    assert decide(one_turn, one_turn.raw, trigger=None, force=True, **kwargs) is None
+    assert plan.derived_from([None, 5.0, 3.0, *[None] * 13]) == 3.0
+    assert plan.derived_from([None] * 16) is None
+
+
+def test_an_estimate_carries_a_write_only_while_it_decides() -> None:
+    trigger, counter = Items(10, target=4), TokenCounter()
+    two = sample_items(2)
+    assert after_write(None, trigger, two, counter) is None
+    assert after_write(Estimate(8), trigger, two, counter) == Estimate(10, writes=1)
+    assert after_write(Estimate(9), trigger, two, counter) is None
+    assert after_write(Estimate(0, writes=15), trigger, two, counter) is None
