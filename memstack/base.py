@@ -91,6 +91,15 @@ def _translating(
     return call
 
 
+def _overrides_io(cls: type[SessionLayer]) -> bool:
+    """True when a layer class (or a base of it) defines its own reads or writes."""
+    return any(
+        "get_items" in vars(klass) or "add_items" in vars(klass)
+        for klass in cls.__mro__
+        if klass is not SessionLayer and issubclass(klass, SessionLayer)
+    )
+
+
 class SessionLayer:
     """Base of every memstack layer: a Session that wraps another Session."""
 
@@ -187,7 +196,8 @@ class SessionLayer:
 
         if self.transforms_items:
             return GenericCapabilities(self)
-        if self.view_only:
+        if self.view_only or _overrides_io(type(self)):
+            # Reads and derived writes from above must cross what this layer does.
             return ViewCapabilities(self, capabilities_of(self.inner))
         return capabilities_of(self.inner)
 

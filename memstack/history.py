@@ -74,20 +74,19 @@ PINNED_MARKER = "memstack_pinned"
 def item_type(item: Item) -> str:
     """The Responses item type; role-only dicts (easy input messages) are messages."""
     kind = item.get("type")
-    return kind if kind.__class__ is str else "message"
+    return kind if isinstance(kind, str) else "message"
 
 
 def is_user_message(item: Item) -> bool:
-    kind = item.get("type")
-    return (kind is None or kind == "message") and item.get("role") == "user"
+    return item_type(item) == "message" and item.get("role") == "user"
 
 
 def is_pinned(item: Item) -> bool:
     """System/developer messages, compaction items and items a layer marked pinned."""
     if item.get(PINNED_MARKER) is True:
         return True
-    kind = item.get("type")
-    if kind is None or kind == "message":
+    kind = item_type(item)
+    if kind == "message":
         return item.get("role") in _PINNED_ROLES
     return kind in _PINNED_TYPES
 
@@ -105,7 +104,7 @@ _PAIRING: dict[str, tuple[str, bool, str]] = {
 def pair_key(item: Item) -> tuple[str, str] | None:
     """``(call type, id)`` shared by a tool call and its output, or None for other items."""
     kind = item.get("type")
-    pairing = _PAIRING.get(kind) if kind.__class__ is str else None
+    pairing = _PAIRING.get(kind) if isinstance(kind, str) else None
     if pairing is None:
         return None
     family, output, field = pairing
@@ -117,7 +116,7 @@ def pair_key(item: Item) -> tuple[str, str] | None:
 
 def is_output(item: Item) -> bool:
     kind = item.get("type")
-    return kind.__class__ is str and kind in _OUTPUT_TO_CALL
+    return isinstance(kind, str) and kind in _OUTPUT_TO_CALL
 
 
 @dataclass(frozen=True, slots=True)

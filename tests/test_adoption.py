@@ -89,8 +89,9 @@ async def test_ttl_counts_unstamped_items_from_the_stores_own_write_time(store: 
 async def test_ttl_adopt_is_explicit_and_idempotent(store: Store) -> None:
     _, bare = await existing(store)
     ttl = TTLSession(bare, ttl=HOUR, clock=FakeClock())
-    with pytest.raises(ConfigurationError, match="max_attempts must be an int >= 1"):
+    with pytest.raises(ConfigurationError, match="max_attempts must be an int >= 1") as error:
         await ttl.adopt(max_attempts=0)
+    assert error.value.session_id == ttl.session_id
     assert await ttl.adopt() == 4
     assert await ttl.adopt() == 0
     assert await ttl.get_items() == BEFORE

@@ -17,6 +17,7 @@ from memstack.history import (
     cut_points,
     history_problems,
     is_pinned,
+    is_user_message,
     pair_key,
     split_turns,
     split_units,
@@ -267,3 +268,21 @@ def test_a_reused_call_id_makes_two_units_not_one():
     items = [user("a"), call, output, assistant("x"), user("b"), call, output, assistant("y")]
     assert spans(items) == [(0, 1), (1, 3), (3, 4), (4, 5), (5, 7), (7, 8)]
     assert [(t.start, t.stop) for t in split_turns(items)] == [(0, 4), (4, 8)]
+
+
+def test_odd_type_values_classify_as_before_and_never_crash() -> None:
+    """A str subclass is its string; any other non-string type is a plain message."""
+    from enum import StrEnum
+
+    class Kind(StrEnum):
+        CALL = "function_call"
+        OUTPUT = "function_call_output"
+
+    call = {"type": Kind.CALL, "call_id": "c1", "name": "f", "arguments": "{}"}
+    output = {"type": Kind.OUTPUT, "call_id": "c1", "output": "ok"}
+    assert pair_key(call) == pair_key(output) == ("function_call", "c1")
+    assert [(s.start, s.stop) for s in split_units([call, output])] == [(0, 2)]
+    for odd in (["x"], {"a": 1}, 5):
+        assert is_pinned({"type": odd, "role": "system"})
+        assert is_user_message({"type": odd, "role": "user"})
+        assert pair_key({"type": odd, "call_id": "c1"}) is None

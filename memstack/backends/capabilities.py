@@ -231,7 +231,9 @@ class PassingCapabilities(StorageCapabilities):
 
 
 class ViewCapabilities(PassingCapabilities):
-    """A view layer's adapter (a window): the store's, except that reads see the view.
+    """A view layer's adapter (a window), or a plain layer's that reads or writes its own way.
+
+    The store's, except that reads see what the layer returns.
 
     Everything that changes the store passes below; ``read_tail`` and ``add_derived``
     go through the view itself, as ``get_items`` and ``add_items`` would, so a layer above

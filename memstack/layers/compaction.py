@@ -39,6 +39,7 @@ from agents.memory import OpenAIConversationsSession
 from agents.memory.session_settings import resolve_session_limit
 
 from memstack.backends.adapters import capabilities_of
+from memstack.backends.translate import store_errors
 from memstack.base import SessionLayer
 from memstack.compaction.config import CompactionOptions
 from memstack.compaction.masking import Mask
@@ -201,8 +202,10 @@ class CompactionSession(SessionLayer):
                 "compact() needs Summarize or ResponsesCompact in strategy",
                 layer=type(self).__name__,
             )
-        async with self._lock:
-            return await self._compact(wrapper, force=True)
+        # Not one of the four Session methods the base translates: do it here.
+        with store_errors(self.inner, layer=type(self).__name__):
+            async with self._lock:
+                return await self._compact(wrapper, force=True)
 
     async def _auto_compact(self, wrapper: RunContextWrapper[Any] | None) -> None:
         async with self._lock:

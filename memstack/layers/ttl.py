@@ -96,6 +96,10 @@ class TTLOptions(Options, layer="TTLSession"):
         return self
 
 
+class _PurgeEvery(Options, layer="TTLSession"):
+    purge_every: MaybeDuration
+
+
 class TTLSession(SessionLayer):
     """Hides, then deletes, items older than ``ttl`` and sessions idle for ``idle_ttl``."""
 
@@ -130,6 +134,10 @@ class TTLSession(SessionLayer):
     @property
     def purge_every(self) -> float | None:
         return self.purge_schedule.every
+
+    @purge_every.setter
+    def purge_every(self, value: Seconds | None) -> None:
+        self.purge_schedule.every = _PurgeEvery.check(purge_every=value).purge_every
 
     async def scan(self, want: int | None, forward: dict[str, Any]) -> Snapshot:
         """Read the tail, growing it, until the newest ``want`` shown records are known."""

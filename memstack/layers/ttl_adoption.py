@@ -26,7 +26,7 @@ from agents.memory import Session
 
 from memstack.backends.adapters import capabilities_of
 from memstack.backends.capabilities import READ_ALL, GenericCapabilities
-from memstack.errors import CapabilityError
+from memstack.errors import CapabilityError, ConfigurationError
 from memstack.history import split_units
 from memstack.layers.ttl_record import MARKER, read_record, write_record
 from memstack.options import Count, Options
@@ -94,7 +94,10 @@ async def adopt_history(
     meanwhile. A store without atomic rewrites is refused unless ``allow_non_atomic``
     (clear and refill).
     """
-    _AdoptOptions.check(max_attempts=max_attempts)
+    try:
+        _AdoptOptions.check(max_attempts=max_attempts)
+    except ConfigurationError as exc:
+        raise ConfigurationError(exc.reason, layer=layer, session_id=store.session_id) from None
     caps = capabilities_of(store)
     if not caps.atomic:
         if not allow_non_atomic:

@@ -23,6 +23,7 @@ from memstack import (
     build_stack,
     capabilities_of,
 )
+from memstack.base import SessionLayer
 from memstack.compaction import (
     ExtractiveSummarizer,
     Items,
@@ -607,3 +608,46 @@ async def test_wrapper_reaches_the_store_through_the_capability_reads(below: str
     marker: Any = object()
     assert await session.get_items(wrapper=marker) == sample_items(4)
     assert store.last_wrapper is marker
+
+
+class Tagging(SessionLayer):
+    """A user's own layer: it rewrites what it stores and shows, with no adapter of its own."""
+
+    async def add_items(self, items: list[Any], *, wrapper: Any = None) -> None:
+        await self.inner.add_items([{**item, "tagged": True} for item in items])
+
+    async def get_items(self, limit: int | None = None, *, wrapper: Any = None) -> list[Any]:
+        stored = await self.inner.get_items(limit=limit) if limit else await self.inner.get_items()
+        return [{k: v for k, v in item.items() if k != "tagged"} for item in stored]
+
+
+async def test_compaction_reads_and_writes_through_a_plain_layer_below_it() -> None:
+    """A layer of the user's between compaction and the store is crossed, not skipped."""
+    store = InMemorySession("s")
+    session = CompactionSession(
+        Tagging(store), strategy=summarize(), trigger=Items(12, target=4), keep_last_turns=1
+    )
+    await session.add_items(sample_items(16))
+    stored = await store.get_items()
+    assert all(row.get("tagged") is True for row in stored)  # the summary record too
+    assert any(is_record(row) for row in stored)
+    view = await session.get_items()
+    assert view[0]["role"] == "developer" and not any("tagged" in item for item in view)
+
+
+async def test_compact_turns_store_failures_into_backend_errors(tmp_path: Path) -> None:
+    import sqlite3
+
+    from agents.memory import SQLiteSession
+
+    from memstack import BackendError
+    from memstack.layers import TTLSession
+
+    path = tmp_path / "chat.db"
+    store = SQLiteSession("s", str(path))
+    session = CompactionSession(TTLSession(store, ttl=3600), strategy=summarize())
+    await session.add_items(sample_items(8))
+    with sqlite3.connect(path) as other:  # another process breaks the database
+        other.execute("DROP TABLE agent_messages")
+    with pytest.raises(BackendError, match="CompactionSession"):
+        await session.compact()

@@ -784,3 +784,13 @@ async def test_random_histories_keep_every_promise(seed: int, tmp_path: Any) -> 
 @pytest.mark.parametrize("seed", range(3))
 async def test_random_histories_on_every_backend(store: Store, seed: int) -> None:
     await _keeps_every_promise(store, seed)
+
+
+def test_purge_every_can_be_changed_on_a_live_layer() -> None:
+    session = TTLSession(InMemorySession("s"), ttl=HOUR)
+    session.purge_every = None
+    assert session.purge_every is None and "purge_every=None" in repr(session)
+    session.purge_every = 300
+    assert session.purge_schedule.every == 300.0
+    with pytest.raises(ConfigurationError, match="purge_every must be seconds >= 0"):
+        session.purge_every = -1
