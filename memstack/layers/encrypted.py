@@ -28,14 +28,14 @@ below still see, and what each option changes.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Annotated, Any, Literal, Self, cast
 
 from agents.memory import Session
 from pydantic import Field, PrivateAttr, model_validator
 
 from memstack.backends.adapters import capabilities_of
-from memstack.backends.capabilities import Item, StorageCapabilities
+from memstack.backends.capabilities import Item, StorageCapabilities, Tail
 from memstack.base import SessionLayer, limit_arg
 from memstack.crypto.envelope import SessionCipher, is_envelope
 from memstack.crypto.keys import KeyProvider, Keyring
@@ -174,11 +174,36 @@ class EncryptedSession(SessionLayer):
                 logger.warning("skipping an unreadable item (unreadable='skip'): %s", exc)
         return opened
 
+    async def newest_readable(
+        self, n: int | None, fetch: Callable[[int | None], Awaitable[Tail]]
+    ) -> Tail:
+        """The newest ``n`` readable items (all with None) of what ``fetch(size)`` reads.
+
+        With ``unreadable="skip"`` a limit counts readable items, so a layer above that
+        reads a tail of ``n`` and gets fewer never takes that for the start of the history:
+        the read goes further back for each item skipped.
+        """
+        size = n
+        while True:
+            tail = await fetch(size)
+            opened = self.readable(tail.items)
+            if size is None or size <= 0 or len(opened) >= size or len(tail.items) < size:
+                break
+            size *= 2
+        if n is not None and n > 0:
+            opened = opened[-n:]
+        return Tail([item for _, item in opened], [tail.written_at[i] for i, _ in opened])
+
     async def get_items(
         self, limit: int | None = None, *, wrapper: RunContextWrapper[Any] | None = None
     ) -> list[TResponseInputItem]:
-        stored = await self.inner.get_items(**limit_arg(limit), **self.forward(wrapper))
-        return cast("list[TResponseInputItem]", [item for _, item in self.readable(stored)])
+        async def fetch(size: int | None) -> Tail:
+            return Tail.undated(
+                await self.inner.get_items(**limit_arg(size), **self.forward(wrapper))
+            )
+
+        tail = await self.newest_readable(limit, fetch)
+        return cast("list[TResponseInputItem]", tail.items)
 
     async def add_items(
         self, items: list[TResponseInputItem], *, wrapper: RunContextWrapper[Any] | None = None

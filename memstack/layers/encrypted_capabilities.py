@@ -17,11 +17,12 @@ predicate.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from memstack.backends.adapters import capabilities_of
 from memstack.backends.capabilities import (
+    READ_ALL,
     Item,
     PassingCapabilities,
     Predicate,
@@ -49,6 +50,10 @@ class SealingLayer(Protocol):
 
     def readable(self, stored: Sequence[object]) -> list[tuple[int, dict[str, Any]]]: ...
 
+    async def newest_readable(
+        self, n: int | None, fetch: Callable[[int | None], Awaitable[Tail]]
+    ) -> Tail: ...
+
     async def stored(self, caps: StorageCapabilities | None = None) -> list[Item]: ...
 
 
@@ -74,9 +79,12 @@ class EncryptedCapabilities(PassingCapabilities):
 
     async def read_tail(self, n: int, *, wrapper: RunContextWrapper[Any] | None = None) -> Tail:
         # One item per envelope: the write times from below stay aligned with the items.
-        tail = await self.below.read_tail(n, wrapper=wrapper)
-        opened = self.session.readable(tail.items)
-        return Tail([item for _, item in opened], [tail.written_at[i] for i, _ in opened])
+        below = self.below
+
+        async def fetch(size: int | None) -> Tail:
+            return await below.read_tail(READ_ALL if size is None else size, wrapper=wrapper)
+
+        return await self.session.newest_readable(n, fetch)
 
     async def add_derived(
         self,

@@ -324,6 +324,9 @@ async def test_skip_policy_is_opt_in_logs_and_never_deletes(
         assert await lenient.get_items() == [*items[:2], items[3]]
     assert "skipping an unreadable item" in caplog.text and key_id(OTHER) in caplog.text
     assert len(store.rows) == 4
+    # With a limit, as a layer above reads a tail: the newest 2 readable, not 1 of 2 read.
+    assert await lenient.get_items(limit=2) == [items[1], items[3]]
+    assert await lenient.get_items(limit=9) == [*items[:2], items[3]]
     assert await lenient.pop_item() == items[3]
     with pytest.raises(DecryptionError):  # popping never discards what it cannot read
         await lenient.pop_item()
@@ -797,6 +800,10 @@ async def test_skipped_items_keep_their_write_times_aligned() -> None:
     tail = await capabilities_of(encrypted(below, unreadable="skip")).read_tail(10)
     assert len(tail.items) == 3 and tail.written_at == [101.0, 102.0, 104.0]
     assert tail.items == [*two, *sample_items(1, tag="y")]
+    # A limit counts readable items: the skipped one is made up for from further back.
+    short = await capabilities_of(encrypted(below, unreadable="skip")).read_tail(2)
+    assert short.items == [two[1], *sample_items(1, tag="y")]
+    assert short.written_at == [102.0, 104.0]
     with pytest.raises(DecryptionError):
         await capabilities_of(encrypted(below)).read_tail(10)
 
