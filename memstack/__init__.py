@@ -36,6 +36,7 @@ from memstack.errors import (
 from memstack.layers import (
     CompactionSession,
     EncryptedSession,
+    MemorySession,
     PassthroughSession,
     RedactSession,
     SlidingWindowSession,
@@ -62,6 +63,7 @@ __all__ = [
     "GenericCapabilities",
     "ItemValidationError",
     "LayerSpec",
+    "MemorySession",
     "MemstackError",
     "ModelInputFilter",
     "PassthroughSession",

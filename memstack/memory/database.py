@@ -19,10 +19,18 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.pool import StaticPool
 
 from memstack.backends.translate import store_errors
-from memstack.errors import ConfigurationError
+from memstack.errors import ConfigurationError, DecryptionError
+from memstack.memory.cipher import PLAIN_KID, MemoryCipher
 from memstack.memory.schema import SCHEMA_VERSION, Tables
 
-__all__ = ["engine_url", "open_engine", "prepare", "secure_delete"]
+__all__ = [
+    "check_keys",
+    "check_scope_keys",
+    "engine_url",
+    "open_engine",
+    "prepare",
+    "secure_delete",
+]
 
 _LAYER = "MemoryStore"
 _DRIVERS = {
@@ -102,6 +110,49 @@ async def prepare(engine: AsyncEngine, tables: Tables, *, create_tables: bool) -
                     f"{SCHEMA_VERSION}",
                     layer=_LAYER,
                 )
+
+
+async def check_scope_keys(
+    engine: AsyncEngine, tables: Tables, cipher: MemoryCipher, scope: str
+) -> None:
+    """Refuse a key that cannot read ``scope``'s memories (``check_keys``)."""
+    m = tables.memories
+    with store_errors(None, layer=_LAYER, doing="checking the memory keys"):
+        async with engine.connect() as conn:
+            query = select(m.c.kid).where(m.c.scope == scope).distinct()
+            stored = set((await conn.execute(query)).scalars())
+    check_keys(stored, cipher)
+
+
+def check_keys(stored: set[str], cipher: MemoryCipher) -> None:
+    """Refuse a key that cannot read what is stored, before anything is written or missed.
+
+    Searches match HMAC digests under the key, so with a wrong key (or none) a recall
+    would find nothing and a write would add rows no right key reads: both silent.
+    """
+    held = set(cipher.kids())
+    if not cipher.encrypted and stored - {PLAIN_KID}:
+        kid = sorted(stored - {PLAIN_KID})[0]
+        raise DecryptionError(
+            f"memories are encrypted under key id {kid!r} but the store was opened without "
+            "a key; open it with that key (key= or keyring=)",
+            layer=_LAYER,
+            key_id=kid,
+        )
+    if cipher.encrypted and PLAIN_KID in stored:
+        raise DecryptionError(
+            "memories are stored in plaintext but the store has a key (rows written "
+            "without a key); open it without one, or export and re-import them",
+            layer=_LAYER,
+        )
+    unknown = sorted(stored - held - {PLAIN_KID})
+    if unknown:
+        raise DecryptionError(
+            f"memories are encrypted under key id {unknown[0]!r}, which the key provider "
+            "does not hold (a wrong key, or one dropped before rotate())",
+            layer=_LAYER,
+            key_id=unknown[0],
+        )
 
 
 def _sqlite_secure_delete(dbapi_connection: Any, _record: Any) -> None:

@@ -39,7 +39,7 @@ from memstack.crypto.keys import KeyProvider
 from memstack.errors import ConfigurationError
 from memstack.memory.cipher import MemoryCipher, keys_from
 from memstack.memory.consolidate import Change, ConsolidationPolicy, plan_consolidation
-from memstack.memory.database import open_engine, prepare, secure_delete
+from memstack.memory.database import check_scope_keys, open_engine, prepare, secure_delete
 from memstack.memory.events import read_history
 from memstack.memory.fulltext import FullTextIndex
 from memstack.memory.models import KINDS, Event, Memory, Provenance, check_choice, check_scope
@@ -54,6 +54,7 @@ __all__ = ["MemoryStore", "Recall"]
 # BM25 candidates fetched before precedence and budget decide: max_tokens / 20 (a memory
 # line is rarely under 20 tokens), at most this many.
 _CANDIDATES = 200
+_CHECKED_SCOPES = 100_000  # scopes remembered as checked, per store
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,6 +111,7 @@ class MemoryStore:
         # What every module function works on, built once (memstack.memory.parts).
         self.parts = StoreParts(engine, self.tables, self.cipher, self.index, self.semantic, clock)
         self._ready = False
+        self._keys_checked: set[str] = set()  # scopes whose stored key ids were checked
         secure_delete(engine)
 
     @classmethod
@@ -133,10 +135,17 @@ class MemoryStore:
         await self.engine.dispose()
 
     # -- schema ----------------------------------------------------------------------------
-    async def _prepare(self) -> None:
+    async def _prepare(self, *scopes: str) -> None:
+        """Tables ready; and each scope's stored key ids readable, checked once per scope."""
         if not self._ready:
             await prepare(self.engine, self.tables, create_tables=self.create_tables)
             self._ready = True
+        for scope in scopes:
+            if scope not in self._keys_checked:
+                await check_scope_keys(self.engine, self.tables, self.cipher, scope)
+                if len(self._keys_checked) >= _CHECKED_SCOPES:
+                    self._keys_checked.clear()
+                self._keys_checked.add(scope)
 
     async def schema_version(self) -> int:
         await self._prepare()
@@ -223,8 +232,8 @@ class MemoryStore:
         self, memories: Sequence[Memory], *, actor: str = "api"
     ) -> list[Memory]:
         """Store several memories in one transaction (ingestion, distillation)."""
-        await self._prepare()
         stored = list(memories)
+        await self._prepare(*{memory.scope for memory in stored})
         await writing.insert_memories(self.parts, stored, actor=actor)
         return stored
 
@@ -243,6 +252,7 @@ class MemoryStore:
         """The current memory under ``key``: explicit before inferred, then the newest."""
         m = self.tables.memories
         found = await self._select(
+            scope,
             and_(m.c.scope == scope, m.c.key_digest.in_(self.cipher.key_digests(scope, key))),
             live=True,
         )
@@ -254,7 +264,9 @@ class MemoryStore:
     async def keys(self, scope: str) -> list[str]:
         """Keys with a live memory in ``scope``, sorted."""
         m = self.tables.memories
-        found = await self._select(and_(m.c.scope == scope, m.c.key_digest.is_not(None)), live=True)
+        found = await self._select(
+            scope, and_(m.c.scope == scope, m.c.key_digest.is_not(None)), live=True
+        )
         return sorted({memory.key for memory in found if memory.key is not None})
 
     async def delete(self, scope: str, key: str, *, actor: str = "api") -> int:
@@ -262,14 +274,14 @@ class MemoryStore:
         return await self.forget(scope, key=key, actor=actor)
 
     # -- reading ---------------------------------------------------------------------------
-    async def _select(self, where: Any, *, live: bool) -> list[Memory]:
-        await self._prepare()
+    async def _select(self, scope: str, where: Any, *, live: bool) -> list[Memory]:
+        await self._prepare(scope)
         now = self.parts.now() if live else None
         return await reading.select_memories(self.parts, where, now=now)
 
     async def get(self, scope: str, memory_id: str) -> Memory | None:
         m = self.tables.memories
-        found = await self._select(and_(m.c.scope == scope, m.c.id == memory_id), live=False)
+        found = await self._select(scope, and_(m.c.scope == scope, m.c.id == memory_id), live=False)
         return found[0] if found else None
 
     async def _require(self, scope: str, memory_id: str) -> Memory:
@@ -286,7 +298,7 @@ class MemoryStore:
         where = m.c.scope == scope
         if kind is not None:
             where = and_(where, m.c.kind == check_choice("kind", kind, KINDS))
-        return await self._select(where, live=not include_inactive)
+        return await self._select(scope, where, live=not include_inactive)
 
     async def scopes(self) -> list[str]:
         await self._prepare()
@@ -309,7 +321,7 @@ class MemoryStore:
         is then weighed by precedence (source, confidence, verification, age).
         """
         check_scope(scope)
-        await self._prepare()
+        await self._prepare(scope)
         return await reading.search(self.parts, scope, query, limit=limit, kinds=kinds)
 
     async def recall(
@@ -358,7 +370,8 @@ class MemoryStore:
         audit trail records each deletion without the text. Returns how many were deleted.
         """
         chosen = forgetting.target(self.parts, scope, memory_id, key=key)
-        await self._prepare()
+        # By key needs the key's digest: a wrong key would forget nothing and say so quietly.
+        await (self._prepare(scope) if key is not None else self._prepare())
         return await forgetting.forget(self.parts, chosen, actor=actor)
 
     async def erase(self, scope: str, *, actor: str = "governance") -> int:
@@ -400,7 +413,7 @@ class MemoryStore:
         check_scope(scope)
         if self.semantic is None:
             raise ConfigurationError("embed_missing needs a store with an embedder", layer=LAYER)
-        await self._prepare()
+        await self._prepare(scope)
         return await maintenance.embed_missing(self.parts, scope, batch_size=batch_size)
 
     async def consolidate(

@@ -92,7 +92,9 @@ async def test_with_a_key_no_text_is_stored_in_clear(tmp_path: Path) -> None:
         assert word.encode() not in data
 
     wrong = MemoryStore.from_url(f"sqlite:///{db}", key=generate_key())
-    assert not await wrong.recall("ana", "wifi")  # other key: other digests, nothing matches
+    # Other key, other digests: a recall would match nothing, so it is refused instead.
+    with pytest.raises(DecryptionError, match="key id"):
+        await wrong.recall("ana", "wifi")
     with pytest.raises(DecryptionError, match="key id"):
         await wrong.list_memories("ana")
     await wrong.close()
