@@ -36,7 +36,6 @@ from memstack.errors import (
 from memstack.layers import (
     CompactionSession,
     EncryptedSession,
-    MemorySession,
     PassthroughSession,
     RedactSession,
     SlidingWindowSession,
@@ -63,7 +62,6 @@ __all__ = [
     "GenericCapabilities",
     "ItemValidationError",
     "LayerSpec",
-    "MemorySession",
     "MemstackError",
     "ModelInputFilter",
     "PassthroughSession",

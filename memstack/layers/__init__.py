@@ -2,7 +2,6 @@
 
 from memstack.layers.compaction import CompactionSession
 from memstack.layers.encrypted import EncryptedSession
-from memstack.layers.memory import MemorySession
 from memstack.layers.passthrough import PassthroughSession
 from memstack.layers.redact import RedactSession
 from memstack.layers.ttl import TTLSession, purge_written_before
@@ -11,7 +10,6 @@ from memstack.layers.window import SlidingWindowSession
 __all__ = [
     "CompactionSession",
     "EncryptedSession",
-    "MemorySession",
     "PassthroughSession",
     "RedactSession",
     "SlidingWindowSession",
