@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypeVar, cast
 
 from agents.memory import Session, SessionSettings, is_openai_responses_compaction_aware_session
 
-from memstack.backends.capabilities import accepts_wrapper
+from memstack.backends.capabilities import forward_wrapper
 from memstack.backends.translate import store_errors
 from memstack.errors import ConfigurationError
 from memstack.history import reading_as_stored, stored_history, valid_view, validate_items
@@ -134,7 +134,6 @@ class SessionLayer:
             inner.on_top = False
         # Read once from the store: a stack has one session id, never passed twice.
         self.session_id: str = inner.session_id
-        self._inner_takes_wrapper = accepts_wrapper(inner)
 
     # -- identity -----------------------------------------------------------------------
     @property
@@ -148,9 +147,7 @@ class SessionLayer:
     # -- delegation ---------------------------------------------------------------------
     def forward(self, wrapper: RunContextWrapper[Any] | None) -> dict[str, Any]:
         """Keyword arguments that pass ``wrapper`` on only to an inner that declares it."""
-        if wrapper is None or not self._inner_takes_wrapper:
-            return {}
-        return {"wrapper": wrapper}
+        return forward_wrapper(self.inner, wrapper)
 
     @_translating
     async def get_items(

@@ -44,6 +44,7 @@ __all__ = [
     "Tail",
     "ViewCapabilities",
     "accepts_wrapper",
+    "forward_wrapper",
 ]
 
 Item = dict[str, Any]
@@ -76,7 +77,8 @@ def _type_accepts_wrapper(kind: type) -> bool:
     return accepts_wrapper(kind)
 
 
-def _forward(session: object, wrapper: RunContextWrapper[Any] | None) -> dict[str, Any]:
+def forward_wrapper(session: object, wrapper: RunContextWrapper[Any] | None) -> dict[str, Any]:
+    """Keyword arguments that pass ``wrapper`` on only to a session that declares it."""
     if wrapper is None or not _type_accepts_wrapper(type(session)):  # type: ignore[arg-type]
         return {}
     return {"wrapper": wrapper}
@@ -140,7 +142,7 @@ class StorageCapabilities(ABC):
         knows none.
         """
         return Tail.undated(
-            await self.session.get_items(limit=n, **_forward(self.session, wrapper))
+            await self.session.get_items(limit=n, **forward_wrapper(self.session, wrapper))
         )
 
     async def add_derived(
@@ -155,7 +157,7 @@ class StorageCapabilities(ABC):
         A retention layer stamps them to expire with that data; this default, knowing no
         write times, appends them with ``add_items``.
         """
-        await self.session.add_items(list(items), **_forward(self.session, wrapper))  # type: ignore[arg-type]
+        await self.session.add_items(list(items), **forward_wrapper(self.session, wrapper))  # type: ignore[arg-type]
 
     async def write_ages(self, n: int) -> list[float] | None:
         """How long ago the store itself wrote each of the ``n`` oldest items, in seconds.
