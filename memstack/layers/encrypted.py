@@ -162,10 +162,31 @@ class EncryptedSession(SessionLayer):
             "allow_plaintext=True to read such items)"
         )
 
-    def readable(self, stored: Sequence[object]) -> list[tuple[int, dict[str, Any]]]:
-        """Each stored value's index and item; with ``unreadable="skip"``, the readable ones."""
-        if self.unreadable == "raise":
-            return [(index, self.open(value)) for index, value in enumerate(stored)]
+    async def newest_readable(
+        self, n: int | None, fetch: Callable[[int | None], Awaitable[Tail]]
+    ) -> Tail:
+        """The newest ``n`` items (all with None) of what ``fetch(size)`` reads, opened.
+
+        With ``unreadable="skip"`` a limit counts readable items, so a layer above that
+        reads a tail of ``n`` and gets fewer never takes that for the start of the history:
+        the read goes further back for each item skipped.
+        """
+        if self.unreadable == "raise":  # the hot path: one pass, nothing to skip
+            tail = await fetch(n)
+            return Tail([self.open(value) for value in tail.items], tail.written_at)
+        size = n
+        while True:
+            tail = await fetch(size)
+            opened = self._readable(tail.items)
+            if size is None or size <= 0 or len(opened) >= size or len(tail.items) < size:
+                break
+            size *= 2
+        if n is not None and n > 0:
+            opened = opened[-n:]
+        return Tail([item for _, item in opened], [tail.written_at[i] for i, _ in opened])
+
+    def _readable(self, stored: Sequence[object]) -> list[tuple[int, dict[str, Any]]]:
+        """Each readable stored value's index and item; the others are logged and left out."""
         opened = []
         for index, value in enumerate(stored):
             try:
@@ -173,26 +194,6 @@ class EncryptedSession(SessionLayer):
             except DecryptionError as exc:
                 logger.warning("skipping an unreadable item (unreadable='skip'): %s", exc)
         return opened
-
-    async def newest_readable(
-        self, n: int | None, fetch: Callable[[int | None], Awaitable[Tail]]
-    ) -> Tail:
-        """The newest ``n`` readable items (all with None) of what ``fetch(size)`` reads.
-
-        With ``unreadable="skip"`` a limit counts readable items, so a layer above that
-        reads a tail of ``n`` and gets fewer never takes that for the start of the history:
-        the read goes further back for each item skipped.
-        """
-        size = n
-        while True:
-            tail = await fetch(size)
-            opened = self.readable(tail.items)
-            if size is None or size <= 0 or len(opened) >= size or len(tail.items) < size:
-                break
-            size *= 2
-        if n is not None and n > 0:
-            opened = opened[-n:]
-        return Tail([item for _, item in opened], [tail.written_at[i] for i, _ in opened])
 
     async def get_items(
         self, limit: int | None = None, *, wrapper: RunContextWrapper[Any] | None = None
