@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -204,6 +204,3 @@ def parse_record(item: Item) -> Record:
         method=method,
     )
 
-
-def hashes_of(items: Sequence[Item]) -> list[str]:
-    return [item_hash(item) for item in items]
