@@ -118,6 +118,10 @@ class SessionLayer:
     #: True when ``get_items`` returns a view (a window, a summary) rather than the whole
     #: stored history; export, import and maintenance work below such layers.
     view_only: ClassVar[bool] = False
+    #: True when this layer builds new items from what it reads below and never alters
+    #: or returns those objects (encryption opens envelopes): the layer below may then
+    #: hand it values it shares between reads (``memstack.backends.reuse``).
+    copies_what_it_reads: ClassVar[bool] = False
 
     def __init__(self, inner: Session) -> None:
         if not isinstance(inner, Session):
@@ -130,8 +134,12 @@ class SessionLayer:
         # The top of a stack is the one place that validates what comes in and repairs
         # what goes out, whatever the order of the layers below it.
         self.on_top = True
+        #: True when this layer may return values it shares between reads (only to a
+        #: wrapping layer that ``copies_what_it_reads``, which sets it).
+        self.may_share = False
         if isinstance(inner, SessionLayer):
             inner.on_top = False
+            inner.may_share = self.copies_what_it_reads
         # Read once from the store: a stack has one session id, never passed twice.
         self.session_id: str = inner.session_id
 

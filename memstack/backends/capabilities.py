@@ -35,6 +35,8 @@ if TYPE_CHECKING:
     from agents.memory import Session
     from agents.run_context import RunContextWrapper
 
+    from memstack.backends.reuse import Reuse
+
 __all__ = [
     "READ_ALL",
     "GenericCapabilities",
@@ -144,6 +146,18 @@ class StorageCapabilities(ABC):
         return Tail.undated(
             await self.session.get_items(limit=n, **forward_wrapper(self.session, wrapper))
         )
+
+    async def read_values(
+        self, n: int, *, reuse: Reuse | None = None, wrapper: RunContextWrapper[Any] | None = None
+    ) -> list[Any]:
+        """The newest ``n`` stored values, oldest first, as the store holds them.
+
+        With ``reuse``, an adapter that reads raw rows returns a row's earlier value (the
+        same object) while its stored text is unchanged (``memstack.backends.reuse``):
+        the caller must treat every value as read-only. This default reads ``get_items``
+        and reuses nothing.
+        """
+        return list(await self.session.get_items(limit=n, **forward_wrapper(self.session, wrapper)))
 
     async def add_derived(
         self,

@@ -7,17 +7,25 @@ same row lock the SDK's writes take, so a rewrite and a concurrent ``add_items``
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 from agents.extensions.memory import SQLAlchemySession
-from sqlalchemy import text
+from sqlalchemy import select, text
 
 import memstack.backends.sql as sql
 from memstack.backends.capabilities import StorageCapabilities
 from memstack.backends.mysql_tables import prepare_mysql_tables
 from memstack.backends.translate import store_errors
 from memstack.errors import CapabilityError
+
+if TYPE_CHECKING:
+    from agents.run_context import RunContextWrapper
+
+    from memstack.backends.reuse import Reuse
+
+# Reads that reuse values parse rows themselves: only while the store parses them this way.
+_SDK_DESERIALIZE = SQLAlchemySession._deserialize_item
 
 
 class SQLAlchemyCapabilities(sql.PlanCapabilities):
@@ -56,6 +64,29 @@ class SQLAlchemyCapabilities(sql.PlanCapabilities):
             return "TIMESTAMPDIFF(MICROSECOND, created_at, NOW(6)) / 1000000.0"
         raise CapabilityError(f"write_ages does not know how {dialect} computes an age")
 
+    async def read_values(
+        self, n: int, *, reuse: Reuse | None = None, wrapper: RunContextWrapper[Any] | None = None
+    ) -> list[Any]:
+        store = self.session
+        if reuse is None or type(store)._deserialize_item is not _SDK_DESERIALIZE or n <= 0:
+            return await super().read_values(n, reuse=reuse, wrapper=wrapper)
+        messages = store._messages
+        newest = (
+            select(messages.c.id, messages.c.message_data)
+            .where(messages.c.session_id == store.session_id)
+            .order_by(messages.c.created_at.desc(), messages.c.id.desc())
+        )
+        with store_errors(store):
+            await store._ensure_tables()
+            async with store._session() as sess:
+                window = n
+                while True:  # as the SDK's get_items: a limit counts rows that parse
+                    rows = (await sess.execute(newest.limit(window))).all()
+                    values = _parsed(rows, reuse)
+                    if len(values) >= n or len(rows) < window:
+                        return values[-n:]
+                    window *= 2
+
     async def run(self, make_plan: Callable[[], sql.Plan]) -> Any:
         store = self.session
 
@@ -72,6 +103,17 @@ class SQLAlchemyCapabilities(sql.PlanCapabilities):
         with store_errors(store):
             await store._ensure_tables()
             return await store._run_sqlite_write_with_retry(attempt)
+
+
+def _parsed(rows: Sequence[Any], reuse: Reuse) -> list[Any]:
+    """Newest-first ``(id, text)`` rows as values, oldest first, skipping corrupt JSON."""
+    values = []
+    for row_id, data in reversed(rows):
+        try:
+            values.append(reuse.value(row_id, data))
+        except ValueError:  # the SDK's get_items skips a row that is not JSON, too
+            continue
+    return values
 
 
 class MySQLSQLAlchemySession(SQLAlchemySession):

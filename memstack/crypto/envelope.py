@@ -52,6 +52,7 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
+from memstack.backends.reuse import Identity
 from memstack.crypto.keys import KeyProvider, check_kid, parse_key
 from memstack.errors import ConfigurationError, DecryptionError, ItemValidationError
 
@@ -170,6 +171,7 @@ class SessionCipher:
         self._session = session_id.encode("utf-8")
         self._aeads: dict[str, tuple[AESGCM, bytes]] = {}
         self._opened = OpenedCache()
+        self._seen: Identity[bytes] = Identity()  # shared envelopes: no ciphertext hashing
 
     # -- keys ------------------------------------------------------------------------------
     @property
@@ -252,20 +254,32 @@ class SessionCipher:
             and envelope["kid"] == self.active_kid
         )
 
-    def open(self, envelope: object) -> dict[str, Any]:
-        """The item inside ``envelope``; ``DecryptionError`` naming the key id otherwise."""
+    def open(self, envelope: object, *, shared: bool = False) -> dict[str, Any]:
+        """The item inside ``envelope``, a fresh object; ``DecryptionError`` otherwise.
+
+        ``shared`` says ``envelope`` is a read-only object a store hands back while its row
+        is unchanged (``memstack.backends.reuse``): it is then recognised by identity.
+        """
         if type(envelope) is dict and len(envelope) == len(_FIELDS):
             version, kid, text = envelope.get(MARKER), envelope.get("kid"), envelope.get("ct")
             if type(version) is int and version == FORMAT and type(kid) is str:
                 known = self._aeads.get(kid) or self._known_key(kid)
                 if type(text) is str:
-                    # A tail read opens the same envelopes turn after turn: each is
-                    # authenticated once, then only rebuilt from its cached copy.
-                    cached = self._opened.get(kid, text)
-                    if cached is not None:
-                        return cast("dict[str, Any]", marshal.loads(cached))
-                    return self._unseal(known, kid, text)
+                    packed = self._packed(envelope, known, kid, text, shared=shared)
+                    return cast("dict[str, Any]", marshal.loads(packed))
         raise self._malformed(envelope)
+
+    def _packed(
+        self, envelope: object, known: tuple[AESGCM, bytes], kid: str, text: str, *, shared: bool
+    ) -> bytes:
+        """The item's ``marshal`` bytes: a tail read opens the same envelopes turn after
+        turn, so each is authenticated once, then found by identity or by ciphertext."""
+        packed = self._seen.get(envelope) if shared else None
+        if packed is None:
+            packed = self._opened.get(kid, text) or self._unseal(known, kid, text)
+            if shared:
+                self._seen.put(envelope, packed)
+        return packed
 
     def _known_key(self, kid: str) -> tuple[AESGCM, bytes]:
         try:
@@ -293,7 +307,7 @@ class SessionCipher:
             return self.error(f"malformed envelope with fields {sorted(envelope)}", kid)
         return self.error(f"envelope under key id {kid!r} is not valid base64", kid)
 
-    def _unseal(self, known: tuple[AESGCM, bytes], kid: str, text: str) -> dict[str, Any]:
+    def _unseal(self, known: tuple[AESGCM, bytes], kid: str, text: str) -> bytes:
         try:
             sealed = _b64decode(text)
         except ValueError as exc:
@@ -311,7 +325,7 @@ class SessionCipher:
             ) from exc
         return self._decode(plaintext, kid, text)
 
-    def _decode(self, plaintext: bytes, kid: str, text: str) -> dict[str, Any]:
+    def _decode(self, plaintext: bytes, kid: str, text: str) -> bytes:
         # Authenticated already: a failure here means a writer bug, not an attacker.
         try:
             flag, body = plaintext[0], plaintext[1:]
@@ -330,8 +344,9 @@ class SessionCipher:
             ) from exc
         if not isinstance(item, dict):
             raise self.error(f"authenticated payload under key id {kid!r} is not an item", kid)
-        self._opened.put(kid, text, marshal.dumps(item))
-        return item
+        packed = marshal.dumps(item)
+        self._opened.put(kid, text, packed)
+        return packed
 
 
 class OpenedCache:

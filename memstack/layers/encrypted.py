@@ -27,6 +27,7 @@ below still see, and what each option changes.
 
 from __future__ import annotations
 
+import copy
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Annotated, Any, Literal, Self, cast
@@ -96,6 +97,7 @@ class EncryptedSession(SessionLayer):
 
     layer_name = "encrypted"
     transforms_items = True
+    copies_what_it_reads = True  # envelopes in, fresh items out
 
     def __init__(
         self,
@@ -145,7 +147,9 @@ class EncryptedSession(SessionLayer):
     def open(self, stored: object) -> dict[str, Any]:
         """The item behind one stored value; ``DecryptionError`` if it cannot be trusted."""
         if is_envelope(stored):
-            return self._cipher.open(stored)
+            # Below us, a memstack layer may share its values between reads (we set its
+            # may_share); then an envelope is recognised by identity.
+            return self._cipher.open(stored, shared=isinstance(self.inner, SessionLayer))
         if is_sdk_envelope(stored):
             if self._legacy is None:
                 raise self._cipher.error(
@@ -155,7 +159,7 @@ class EncryptedSession(SessionLayer):
                 )
             return self._legacy.open(stored)
         if self.allow_plaintext and isinstance(stored, dict):
-            return stored
+            return copy.deepcopy(stored)  # never the value below itself: it may be shared
         raise self._cipher.error(
             "found a plaintext item where an encrypted envelope belongs (history written "
             "before encryption? seal it with adopt() or `memstack adopt`; or pass "

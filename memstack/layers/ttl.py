@@ -141,7 +141,7 @@ class TTLSession(SessionLayer):
 
     async def scan(self, want: int | None, forward: dict[str, Any]) -> Snapshot:
         """Read the tail, growing it, until the newest ``want`` shown records are known."""
-        return await self.reader.scan(want, forward, now=self.clock())
+        return await self.reader.scan(want, forward, now=self.clock(), shared=self.may_share)
 
     async def snapshot(self) -> Snapshot:
         """The whole stored history, for rewrites that must name what they replace."""

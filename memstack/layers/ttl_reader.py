@@ -31,6 +31,7 @@ from agents.memory import Session
 
 from memstack.backends.adapters import capabilities_of
 from memstack.backends.capabilities import READ_ALL
+from memstack.backends.reuse import Identity, Reuse
 from memstack.errors import CapabilityError
 from memstack.history import is_output
 from memstack.layers.ttl_adoption import adopt_history, unstamped
@@ -55,6 +56,10 @@ class TailReader:
         self.hint = _FIRST_READ  # records the next unbounded read starts with
         self._counts_cheaply: bool | None = None  # the generic adapter counts by reading all
         self._adopting = True  # False once the store turned out unable to date items in place
+        # Values the store hands back unchanged, and their stamps: used only for a layer
+        # above that never alters or passes on what it reads (``shared=True``).
+        self.reuse = Reuse()
+        self._stamps: Identity[Stamp] = Identity()
 
     def read(self, value: object) -> Stamp:
         """One stored value's stamp; ``UnknownRecord`` naming the layer and session."""
@@ -65,16 +70,28 @@ class TailReader:
                 exc.reason, layer=self.layer, session_id=self.store.session_id
             ) from exc
 
+    def read_shared(self, value: object) -> Stamp:
+        """``read`` for a value from ``reuse``: each stored row is parsed once."""
+        stamp = self._stamps.get(value)
+        return stamp if stamp is not None else self._stamps.put(value, self.read(value))
+
     def wrote(self, count: int) -> None:
         """``count`` records were appended: the next unbounded read starts that much larger."""
         self.hint += count
 
-    async def scan(self, want: int | None, forward: dict[str, Any], *, now: float) -> Snapshot:
-        """Read the tail, growing it, until the newest ``want`` shown records are known."""
+    async def scan(
+        self, want: int | None, forward: dict[str, Any], *, now: float, shared: bool = False
+    ) -> Snapshot:
+        """Read the tail, growing it, until the newest ``want`` shown records are known.
+
+        With ``shared``, the records (and the items in them) may be objects earlier reads
+        returned too: read-only.
+        """
         size = want + 1 if want is not None else self.hint
+        read = self.read_shared if shared else self.read
         while True:
-            stored = await self._tail(size, forward, now)
-            snapshot = self.expiry.resolve(stored, now, whole=len(stored) < size, read=self.read)
+            stored = await self._tail(size, forward, now, shared=shared)
+            snapshot = self.expiry.resolve(stored, now, whole=len(stored) < size, read=read)
             if snapshot.complete:
                 if want is None:
                     self.hint = max(_FIRST_READ, len(stored) - snapshot.start + 1 + _SLACK)
@@ -100,8 +117,9 @@ class TailReader:
     ) -> list[Stamp]:
         """The stored tail a new batch may continue: the newest record and any open unit."""
         size = _CONTEXT
-        while True:
-            tail = [self.read(value) for value in await self._tail(size, forward, now)]
+        while True:  # what it reads stays here: shared values are safe
+            stored = await self._tail(size, forward, now, shared=True)
+            tail = [self.read_shared(value) for value in stored]
             if len(tail) < size or shows_open_unit([stamp.item for stamp in tail], items):
                 return tail
             size *= _GROWTH
@@ -119,13 +137,21 @@ class TailReader:
             return size * _GROWTH * _GROWTH
         return size * _GROWTH
 
-    async def _tail(self, size: int, forward: dict[str, Any], now: float) -> list[Any]:
+    async def _tail(
+        self, size: int, forward: dict[str, Any], now: float, *, shared: bool = False
+    ) -> list[Any]:
         """The newest ``size`` stored values, after dating any unstamped one among them."""
-        stored = list(await self.store.get_items(limit=size, **forward))
+        stored = await self._values(size, forward, shared)
         if self._adopting and any(unstamped(value) for value in stored):
             await self._adopt_on_sight(now)
-            stored = list(await self.store.get_items(limit=size, **forward))
+            stored = await self._values(size, forward, shared)
         return stored
+
+    async def _values(self, size: int, forward: dict[str, Any], shared: bool) -> list[Any]:
+        if not shared:
+            return list(await self.store.get_items(limit=size, **forward))
+        caps = capabilities_of(self.store)
+        return await caps.read_values(size, reuse=self.reuse, **forward)
 
     async def _adopt_on_sight(self, now: float) -> None:
         try:

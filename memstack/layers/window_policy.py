@@ -240,6 +240,11 @@ class Tail:
         """
         if self.n == 0:
             return 0
+        if self.complete and self.fits(0, self.n, low or budget):
+            # The whole history fits what a start would be chosen against (the low budget
+            # after a replay): every replay and every fit search ends at 0.
+            self.reach = 0
+            return 0
         if low is None:
             return self.earliest_fit(self.n, budget)
         found = self.anchor(budget) if anchored else (self.candidates[0], False)

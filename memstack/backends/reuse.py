@@ -1,0 +1,86 @@
+"""Values read before, reused while their stored text is unchanged.
+
+    >>> from memstack.backends.reuse import Reuse
+    >>> reuse = Reuse()
+    >>> first = reuse.value(7, '{"role": "user", "content": "hi"}')
+    >>> reuse.value(7, '{"role": "user", "content": "hi"}') is first
+    True
+    >>> reuse.value(7, '{"role": "user", "content": "bye"}') is first
+    False
+
+A tail read returns mostly the rows the last one returned. Parsing them again is most of
+what a bare read costs, and every layer above then re-derives what it derived before. A
+store adapter that reads its rows raw (id and stored text) hands back, for a row whose
+text is what it was, the very object it returned last time: parsing is skipped, and a
+layer above can memoise by identity (``Identity``). The stored text is compared whole on
+every hit, so another process's write, an in-place rewrite and a reused row id are all
+misses, never a stale value. The objects are shared between reads: whoever asks for reuse
+must never alter them, nor hand them to code that might.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from typing import Any, Generic, TypeVar
+
+__all__ = ["Identity", "Reuse"]
+
+V = TypeVar("V")
+
+
+class Reuse:
+    """Row id -> (stored text, parsed value), bounded by the characters it holds."""
+
+    def __init__(self, max_chars: int = 8 << 20) -> None:
+        self.max_chars = max_chars
+        self._rows: dict[Any, tuple[str, Any]] = {}
+        self._chars = 0
+        self._lock = threading.Lock()  # threads with their own loops may share one stack
+
+    def value(self, row_id: Any, text: str) -> Any:
+        """The parsed value of ``text``, stored under ``row_id``; ``ValueError`` if not JSON."""
+        known = self._rows.get(row_id)
+        if known is not None and known[0] == text:
+            return known[1]
+        value = json.loads(text)
+        if len(text) <= self.max_chars // 8:  # one huge row must not evict a whole tail
+            self._put(row_id, text, value)
+        return value
+
+    def _put(self, row_id: Any, text: str, value: Any) -> None:
+        with self._lock:
+            old = self._rows.pop(row_id, None)
+            if old is not None:
+                self._chars -= len(old[0])
+            self._rows[row_id] = (text, value)
+            self._chars += len(text)
+            while self._chars > self.max_chars:  # the oldest put goes first: a tail stays
+                dropped, _ = self._rows.pop(next(iter(self._rows)))
+                self._chars -= len(dropped)
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+
+class Identity(Generic[V]):
+    """A value derived from an object, memoised while that very object is seen again.
+
+    For objects a ``Reuse`` hands back: an identity check instead of hashing content.
+    Each entry keeps its object alive, so an id is never reused while it is cached;
+    the map is emptied when it grows past ``size``.
+    """
+
+    def __init__(self, size: int = 4096) -> None:
+        self.size = size
+        self._values: dict[int, tuple[object, V]] = {}
+
+    def get(self, obj: object) -> V | None:
+        known = self._values.get(id(obj))
+        return known[1] if known is not None and known[0] is obj else None
+
+    def put(self, obj: object, value: V) -> V:
+        if len(self._values) >= self.size:
+            self._values = {}
+        self._values[id(obj)] = (obj, value)
+        return value

@@ -1,0 +1,134 @@
+"""Values reused between reads: the same answer as a fresh read, never a stale one."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from sqlalchemy import text
+
+from memstack import EncryptedSession, TTLSession, capabilities_of
+from memstack.backends.reuse import Identity, Reuse
+from memstack.crypto import generate_key
+from memstack.testing import sample_items
+
+from ..conftest import Store
+
+# Backends whose adapter reads raw rows, so unchanged rows come back as the same objects.
+REUSING = ("sqlalchemy-sqlite", "postgres", "mariadb")
+
+
+def test_reuse_returns_the_same_object_only_for_the_same_text():
+    reuse = Reuse()
+    first = reuse.value(1, '{"a": 1}')
+    assert reuse.value(1, '{"a": 1}') is first
+    changed = reuse.value(1, '{"a": 2}')  # rewritten in place: same id, new text
+    assert changed == {"a": 2} and changed is not first
+    assert reuse.value(2, '{"a": 2}') is not changed  # another row, parsed on its own
+    with pytest.raises(ValueError):
+        reuse.value(3, "not json")
+    assert len(reuse) == 2
+
+
+def test_reuse_is_bounded_by_the_characters_it_holds():
+    reuse = Reuse(max_chars=800)
+    for row in range(100):
+        reuse.value(row, json.dumps({"n": row, "pad": "x" * 50}))
+    assert len(reuse) < 20
+    newest = reuse.value(99, json.dumps({"n": 99, "pad": "x" * 50}))
+    assert reuse.value(99, json.dumps({"n": 99, "pad": "x" * 50})) is newest
+
+
+def test_identity_never_answers_for_another_object_with_the_same_content():
+    memo: Identity[int] = Identity(size=2)
+    a, b = {"x": 1}, {"x": 1}
+    memo.put(a, 1)
+    assert memo.get(a) == 1 and memo.get(b) is None
+    memo.put(b, 2)
+    memo.put({"y": 1}, 3)  # past its size: emptied, never wrong
+    assert memo.get(a) is None
+
+
+async def test_read_values_reads_what_get_items_reads(store: Store):
+    session = store.open(f"reuse-{id(store)}")
+    await session.clear_session()
+    items = sample_items(9)
+    await session.add_items(items)
+    caps, reuse = capabilities_of(session), Reuse()
+    for n in (1, 4, 9, 50):
+        assert await caps.read_values(n, reuse=reuse) == await session.get_items(limit=n)
+    first = await caps.read_values(9, reuse=reuse)
+    again = await caps.read_values(9, reuse=reuse)
+    if store.backend in REUSING:
+        assert all(a is b for a, b in zip(first, again, strict=True))
+    await session.pop_item()
+    new = {"role": "user", "content": "new"}
+    await session.add_items([new])
+    assert await caps.read_values(9, reuse=reuse) == [*items[:-1], new]
+    await session.clear_session()
+    assert await caps.read_values(9, reuse=reuse) == []
+
+
+@pytest.mark.parametrize("store", REUSING, indirect=True)
+async def test_a_row_rewritten_in_place_by_another_writer_is_read_afresh(store: Store):
+    session = store.open(f"reuse-rewrite-{id(store)}")
+    await session.clear_session()
+    await session.add_items(sample_items(3))
+    caps, reuse = capabilities_of(session), Reuse()
+    before = await caps.read_values(3, reuse=reuse)
+    table = session._messages.name  # type: ignore[attr-defined]
+    rewritten = json.dumps({"role": "user", "content": "rewritten"})
+    async with store.engine.begin() as conn:  # another process: same id, new text
+        await conn.execute(
+            text(f"UPDATE {table} SET message_data = :data WHERE id = (SELECT MIN(id) FROM "
+                 f"(SELECT id FROM {table} WHERE session_id = :sid) AS t)"),
+            {"data": rewritten, "sid": session.session_id},
+        )  # fmt: skip
+    after = await caps.read_values(3, reuse=reuse)
+    assert after[0] == {"role": "user", "content": "rewritten"}
+    assert after[1:] == before[1:] and after[1] is before[1]
+    await session.clear_session()
+
+
+@pytest.mark.parametrize("store", REUSING, indirect=True)
+async def test_a_corrupt_row_is_skipped_and_the_limit_counts_readable_rows(store: Store):
+    session = store.open(f"reuse-corrupt-{id(store)}")
+    await session.clear_session()
+    items = sample_items(4)
+    await session.add_items(items[:2])
+    table = session._messages.name  # type: ignore[attr-defined]
+    async with store.engine.begin() as conn:
+        await conn.execute(
+            text(f"INSERT INTO {table} (session_id, message_data) VALUES (:sid, '{{broken')"),
+            {"sid": session.session_id},
+        )
+    await session.add_items(items[2:])
+    caps = capabilities_of(session)
+    for n in (1, 3, 4, 10):
+        assert await caps.read_values(n, reuse=Reuse()) == await session.get_items(limit=n)
+    await session.clear_session()
+
+
+@pytest.mark.parametrize("store", REUSING, indirect=True)
+async def test_what_a_stack_returns_is_never_what_it_shares(store: Store):
+    """A caller altering what it read changes nothing the next read returns."""
+    key = generate_key()
+    session = store.open(f"reuse-stack-{id(store)}")
+    await session.clear_session()
+    items = sample_items(6)
+    await session.add_items(items[:2])  # plaintext, written before any layer
+    stacks = [
+        EncryptedSession(TTLSession(session, ttl=3600), key=key, allow_plaintext=True),
+        TTLSession(session, ttl=3600),  # on top: its records' items go to the caller
+    ]
+    await stacks[0].add_items(items[2:])
+    for stack in stacks:
+        first = await stack.get_items()
+        for item in first:
+            item["content"] = "altered"
+            item.pop("call_id", None)
+        again = await stack.get_items()
+        assert all(a is not b for a, b in zip(first, again, strict=True))
+        assert "altered" not in str(again)
+    assert await stacks[0].get_items() == items
+    await session.clear_session()
