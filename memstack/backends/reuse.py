@@ -22,9 +22,10 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Generic, TypeVar
 
-__all__ = ["Identity", "Reuse"]
+__all__ = ["Identity", "Reuse", "newest_values"]
 
 V = TypeVar("V")
 
@@ -48,6 +49,20 @@ class Reuse:
             self._put(row_id, text, value)
         return value
 
+    def values(self, rows: Sequence[Sequence[Any]], skip: tuple[type[Exception], ...]) -> list[Any]:
+        """Newest-first ``(id, text)`` rows as values, oldest first.
+
+        A row whose parse raises one of ``skip`` is left out, as the store's own read
+        leaves it out (the SDK's stores skip rows that are not JSON).
+        """
+        values = []
+        for row_id, text in reversed(rows):
+            try:
+                values.append(self.value(row_id, text))
+            except skip:
+                continue
+        return values
+
     def _put(self, row_id: Any, text: str, value: Any) -> None:
         with self._lock:
             old = self._rows.pop(row_id, None)
@@ -61,6 +76,27 @@ class Reuse:
 
     def __len__(self) -> int:
         return len(self._rows)
+
+
+async def newest_values(
+    fetch: Callable[[int], Awaitable[Sequence[Sequence[Any]]]],
+    n: int,
+    reuse: Reuse,
+    *,
+    skip: tuple[type[Exception], ...] = (ValueError,),
+) -> list[Any]:
+    """The newest ``n`` values of the ``(id, text)`` rows ``fetch(window)`` reads, newest first.
+
+    As the SDK's reads do, ``n`` counts rows that parse: the window doubles while rows
+    left out keep it short.
+    """
+    window = n
+    while True:
+        rows = await fetch(window)
+        values = reuse.values(rows, skip)
+        if len(values) >= n or len(rows) < window:
+            return values[-n:]
+        window *= 2
 
 
 class Identity(Generic[V]):

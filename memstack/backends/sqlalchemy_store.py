@@ -16,6 +16,7 @@ from sqlalchemy import select, text
 import memstack.backends.sql as sql
 from memstack.backends.capabilities import StorageCapabilities
 from memstack.backends.mysql_tables import prepare_mysql_tables
+from memstack.backends.reuse import newest_values
 from memstack.backends.translate import store_errors
 from memstack.errors import CapabilityError
 
@@ -79,13 +80,11 @@ class SQLAlchemyCapabilities(sql.PlanCapabilities):
         with store_errors(store):
             await store._ensure_tables()
             async with store._session() as sess:
-                window = n
-                while True:  # as the SDK's get_items: a limit counts rows that parse
-                    rows = (await sess.execute(newest.limit(window))).all()
-                    values = _parsed(rows, reuse)
-                    if len(values) >= n or len(rows) < window:
-                        return values[-n:]
-                    window *= 2
+
+                async def fetch(window: int) -> Sequence[Any]:
+                    return (await sess.execute(newest.limit(window))).all()
+
+                return await newest_values(fetch, n, reuse)
 
     async def run(self, make_plan: Callable[[], sql.Plan]) -> Any:
         store = self.session
@@ -103,17 +102,6 @@ class SQLAlchemyCapabilities(sql.PlanCapabilities):
         with store_errors(store):
             await store._ensure_tables()
             return await store._run_sqlite_write_with_retry(attempt)
-
-
-def _parsed(rows: Sequence[Any], reuse: Reuse) -> list[Any]:
-    """Newest-first ``(id, text)`` rows as values, oldest first, skipping corrupt JSON."""
-    values = []
-    for row_id, data in reversed(rows):
-        try:
-            values.append(reuse.value(row_id, data))
-        except ValueError:  # the SDK's get_items skips a row that is not JSON, too
-            continue
-    return values
 
 
 class MySQLSQLAlchemySession(SQLAlchemySession):

@@ -9,14 +9,18 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agents.extensions.memory.async_sqlite_session import AsyncSQLiteSession
 from agents.memory import SQLiteSession
 
 import memstack.backends.sql as sql
 from memstack.backends.capabilities import StorageCapabilities
+from memstack.backends.reuse import Reuse, newest_values
 from memstack.backends.translate import store_errors
+
+if TYPE_CHECKING:
+    from agents.run_context import RunContextWrapper
 
 
 class _SqliteBase(sql.PlanCapabilities):
@@ -29,6 +33,14 @@ class _SqliteBase(sql.PlanCapabilities):
 
     def write_age(self) -> str:
         return SQLITE_WRITE_AGE
+
+    def _newest(self) -> str:
+        # The SDK's own tail query (newest first by id), with the id for ``Reuse``.
+        session: Any = self.session
+        return (
+            f"SELECT id, message_data FROM {session.messages_table} "
+            "WHERE session_id = ? ORDER BY id DESC LIMIT ?"
+        )
 
 
 # created_at is CURRENT_TIMESTAMP text; julianday() counts days, in the same UTC.
@@ -44,6 +56,23 @@ class SQLiteCapabilities(_SqliteBase):
     """Adapter for ``agents.SQLiteSession`` (file or in-memory)."""
 
     session: SQLiteSession
+
+    async def read_values(
+        self, n: int, *, reuse: Reuse | None = None, wrapper: RunContextWrapper[Any] | None = None
+    ) -> list[Any]:
+        if reuse is None or n <= 0:
+            return await super().read_values(n, reuse=reuse, wrapper=wrapper)
+        store, statement = self.session, self._newest()
+
+        def fetch_in_thread(window: int) -> list[Any]:
+            with store._locked_connection() as conn:
+                return conn.execute(statement, (store.session_id, window)).fetchall()
+
+        async def fetch(window: int) -> list[Any]:
+            return await asyncio.to_thread(fetch_in_thread, window)
+
+        with store_errors(store):  # the SDK's read skips rows that are not JSON, or NULL
+            return await newest_values(fetch, n, reuse, skip=(ValueError, TypeError))
 
     async def run(self, make_plan: Callable[[], sql.Plan]) -> Any:
         def in_thread() -> Any:
@@ -66,6 +95,21 @@ class AsyncSQLiteCapabilities(_SqliteBase):
     """Adapter for ``agents.extensions.memory.AsyncSQLiteSession``."""
 
     session: AsyncSQLiteSession
+
+    async def read_values(
+        self, n: int, *, reuse: Reuse | None = None, wrapper: RunContextWrapper[Any] | None = None
+    ) -> list[Any]:
+        if reuse is None or n <= 0:
+            return await super().read_values(n, reuse=reuse, wrapper=wrapper)
+        store, statement = self.session, self._newest()
+        with store_errors(store):
+            async with store._locked_connection() as conn:
+
+                async def fetch(window: int) -> list[Any]:
+                    cursor = await conn.execute(statement, (store.session_id, window))
+                    return list(await cursor.fetchall())
+
+                return await newest_values(fetch, n, reuse)
 
     async def run(self, make_plan: Callable[[], sql.Plan]) -> Any:
         with store_errors(self.session):

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import sqlite3
+from typing import Any
 
 import pytest
 from sqlalchemy import text
@@ -15,7 +17,23 @@ from memstack.testing import sample_items
 from ..conftest import Store
 
 # Backends whose adapter reads raw rows, so unchanged rows come back as the same objects.
-REUSING = ("sqlalchemy-sqlite", "postgres", "mariadb")
+REUSING = ("sqlite-memory", "sqlite-file", "aiosqlite", "sqlalchemy-sqlite", "postgres", "mariadb")
+
+
+async def execute(store: Store, session: Any, statement: str, params: dict[str, Any]) -> None:
+    """Run SQL on the store's database as another process would ({table}: its messages)."""
+    table = getattr(session, "messages_table", None) or session._messages.name
+    statement = statement.format(table=table)
+    if store.engine is not None:
+        async with store.engine.begin() as conn:
+            await conn.execute(text(statement), params)
+    elif store.backend == "sqlite-memory":  # one connection is the whole database
+        conn = session._get_connection()
+        conn.execute(statement, params)
+        conn.commit()
+    else:
+        with sqlite3.connect(str(session.db_path)) as conn:
+            conn.execute(statement, params)
 
 
 def test_reuse_returns_the_same_object_only_for_the_same_text():
@@ -76,14 +94,14 @@ async def test_a_row_rewritten_in_place_by_another_writer_is_read_afresh(store: 
     await session.add_items(sample_items(3))
     caps, reuse = capabilities_of(session), Reuse()
     before = await caps.read_values(3, reuse=reuse)
-    table = session._messages.name  # type: ignore[attr-defined]
     rewritten = json.dumps({"role": "user", "content": "rewritten"})
-    async with store.engine.begin() as conn:  # another process: same id, new text
-        await conn.execute(
-            text(f"UPDATE {table} SET message_data = :data WHERE id = (SELECT MIN(id) FROM "
-                 f"(SELECT id FROM {table} WHERE session_id = :sid) AS t)"),
-            {"data": rewritten, "sid": session.session_id},
-        )  # fmt: skip
+    await execute(  # another process: the same row id, new text
+        store,
+        session,
+        "UPDATE {table} SET message_data = :data WHERE id = "
+        "(SELECT MIN(id) FROM (SELECT id FROM {table} WHERE session_id = :sid) AS t)",
+        {"data": rewritten, "sid": session.session_id},
+    )
     after = await caps.read_values(3, reuse=reuse)
     assert after[0] == {"role": "user", "content": "rewritten"}
     assert after[1:] == before[1:] and after[1] is before[1]
@@ -96,12 +114,12 @@ async def test_a_corrupt_row_is_skipped_and_the_limit_counts_readable_rows(store
     await session.clear_session()
     items = sample_items(4)
     await session.add_items(items[:2])
-    table = session._messages.name  # type: ignore[attr-defined]
-    async with store.engine.begin() as conn:
-        await conn.execute(
-            text(f"INSERT INTO {table} (session_id, message_data) VALUES (:sid, '{{broken')"),
-            {"sid": session.session_id},
-        )
+    await execute(
+        store,
+        session,
+        "INSERT INTO {table} (session_id, message_data) VALUES (:sid, '{{broken')",
+        {"sid": session.session_id},
+    )
     await session.add_items(items[2:])
     caps = capabilities_of(session)
     for n in (1, 3, 4, 10):
