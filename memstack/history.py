@@ -105,8 +105,10 @@ def pair_key(item: Item) -> tuple[str, str] | None:
     """``(call type, id)`` shared by a tool call and its output, or None for other items."""
     kind = item.get("type")
     pairing = _PAIRING.get(kind) if isinstance(kind, str) else None
-    if pairing is None:
-        return None
+    return None if pairing is None else _pair_ident(item, pairing)
+
+
+def _pair_ident(item: Item, pairing: tuple[str, bool, str]) -> tuple[str, str] | None:
     family, output, field = pairing
     ident = item.get(field)
     if output and field == "call_id" and not ident:
@@ -141,11 +143,19 @@ def cut_points(items: Sequence[Item]) -> list[bool]:
     # makes two small units, not one that spans everything between them.
     latest_call: dict[tuple[str, str], int] = {}
     delta = [0] * (n + 2)  # depth[i] > 0 means some pair spans the boundary before item i
-    for index, item in enumerate(items):
-        key = pair_key(item)
-        if key is None:
+    after_reasoning: list[int] = []
+    for index, item in enumerate(items):  # every read runs this: one lookup per item
+        kind = item.get("type")
+        if not isinstance(kind, str):
             continue
-        if not is_output(item):
+        if kind == "reasoning":
+            after_reasoning.append(index + 1)
+            continue
+        pairing = _PAIRING.get(kind)
+        key = None if pairing is None else _pair_ident(item, pairing)
+        if pairing is None or key is None:
+            continue
+        if not pairing[1]:  # a call
             latest_call[key] = index
         elif (start := latest_call.get(key)) is not None and index > start:
             delta[start + 1] += 1
@@ -154,7 +164,10 @@ def cut_points(items: Sequence[Item]) -> list[bool]:
     depth = 0
     for i in range(n + 1):
         depth += delta[i]
-        if depth > 0 or (i > 0 and item_type(items[i - 1]) == "reasoning" and i < n):
+        if depth > 0:
+            ok[i] = False
+    for i in after_reasoning:
+        if i < n:
             ok[i] = False
     return ok
 
@@ -186,23 +199,28 @@ def _problems(items: Sequence[Item]) -> list[tuple[int, str]]:
     problems: list[tuple[int, str]] = []
     open_calls: dict[tuple[str, str], int] = {}
     seen_calls: set[tuple[str, str]] = set()
-    for index, item in enumerate(items):
-        key = pair_key(item)
-        kind = item_type(item)
-        if key is not None and not is_output(item):
-            open_calls[key] = index
-            seen_calls.add(key)
-        elif key is not None:
-            if key not in seen_calls:
-                problems.append((index, f"item {index}: {kind} {key[1]!r} has no earlier call"))
-            open_calls.pop(key, None)
-        elif is_output(item):
-            problems.append((index, f"item {index}: {kind} without a call id"))
-        if kind == "reasoning":
+    for index, item in enumerate(items):  # every read runs this: one lookup per item
+        kind = item.get("type")
+        if not isinstance(kind, str):
+            kind = "message"
+        pairing = _PAIRING.get(kind)
+        if pairing is not None:
+            key = _pair_ident(item, pairing)
+            if key is None:
+                if pairing[1]:
+                    problems.append((index, f"item {index}: {kind} without a call id"))
+            elif not pairing[1]:  # a call
+                open_calls[key] = index
+                seen_calls.add(key)
+            else:
+                if key not in seen_calls:
+                    problems.append((index, f"item {index}: {kind} {key[1]!r} has no earlier call"))
+                open_calls.pop(key, None)
+        elif kind == "reasoning":
             follower = items[index + 1] if index + 1 < len(items) else None
             if follower is not None and (is_user_message(follower) or is_output(follower)):
                 problems.append((index, f"item {index}: reasoning not followed by a model item"))
-        if is_user_message(item):
+        elif kind == "message" and item.get("role") == "user":
             for (family, ident), at in open_calls.items():
                 problems.append((at, f"item {at}: {family} {ident!r} has no output"))
             open_calls.clear()

@@ -254,6 +254,15 @@ class SessionCipher:
             and envelope["kid"] == self.active_kid
         )
 
+    def reopen(self, envelope: object) -> dict[str, Any] | None:
+        """The item of a shared envelope this cipher opened before, as a fresh object.
+
+        Recognised by identity alone: a shared value is read-only, so it still is what
+        was authenticated. None when it was not seen (use ``open``).
+        """
+        packed = self._seen.get(envelope)
+        return None if packed is None else cast("dict[str, Any]", marshal.loads(packed))
+
     def open(self, envelope: object, *, shared: bool = False) -> dict[str, Any]:
         """The item inside ``envelope``, a fresh object; ``DecryptionError`` otherwise.
 

@@ -134,6 +134,7 @@ class EncryptedSession(SessionLayer):
             layer=name,
         )
         self._cipher.check_active_key()
+        self._shared_below = isinstance(inner, SessionLayer)
         self._legacy = (
             None
             if options.legacy_sdk_key is None
@@ -146,10 +147,12 @@ class EncryptedSession(SessionLayer):
 
     def open(self, stored: object) -> dict[str, Any]:
         """The item behind one stored value; ``DecryptionError`` if it cannot be trusted."""
+        # A memstack layer below may share its values between reads (this layer sets its
+        # may_share): an envelope opened before is then recognised by identity.
+        if self._shared_below and (seen := self._cipher.reopen(stored)) is not None:
+            return seen
         if is_envelope(stored):
-            # Below us, a memstack layer may share its values between reads (we set its
-            # may_share); then an envelope is recognised by identity.
-            return self._cipher.open(stored, shared=isinstance(self.inner, SessionLayer))
+            return self._cipher.open(stored, shared=self._shared_below)
         if is_sdk_envelope(stored):
             if self._legacy is None:
                 raise self._cipher.error(

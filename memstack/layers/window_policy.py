@@ -20,6 +20,7 @@ from __future__ import annotations
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from itertools import accumulate
 from typing import Any, Literal
 
 from memstack.history import cut_points, is_output, is_pinned, is_user_message, pair_key
@@ -117,10 +118,9 @@ class Tail:
             self.candidates = ([0] if complete and self.users[:1] != [0] else []) + self.users
         self.allowed = frozenset(self.candidates)
         lookback_from = 0 if pinned_lookback is None else max(0, n - pinned_lookback)
-        self.pinned = [i for i in range(lookback_from, n) if is_pinned(items[i])]
-        self.plain = [0]
-        for item in items:
-            self.plain.append(self.plain[-1] + (not is_pinned(item)))
+        pinned = [is_pinned(item) for item in items]
+        self.pinned = [i for i in range(lookback_from, n) if pinned[i]]
+        self.plain = list(accumulate((not flag for flag in pinned), initial=0))
         # Lowest index a plan looked at: how much of the tail the answer needed.
         self.reach = n
         self.counter = counter
