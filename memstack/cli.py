@@ -5,8 +5,9 @@
     $ memstack export recipes/dev-sqlite.toml --session user-42 -o user-42.jsonl
 
 Exit codes: 0 success; 1 the operation failed (store unreachable, wrong key, …);
-2 bad usage or an invalid recipe. Errors are one line on stderr; ``--debug`` adds the
-traceback.
+2 bad usage or an invalid recipe; 130 interrupted; 141 (128 + SIGPIPE, as a shell reports
+``yes | head -1``) standard output closed by its reader. Errors are one line on stderr;
+``--debug`` adds the traceback.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import sys
 from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
 from contextlib import asynccontextmanager
@@ -31,7 +33,7 @@ from memstack.errors import ConfigurationError, MemstackError
 from memstack.history import item_type, stored_history, validate_items
 from memstack.progress import progress_bar
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED, EXIT_CLOSED_PIPE = 0, 1, 2, 130, 141
 _IMPORT_BATCH = 500
 
 Command = Callable[[argparse.Namespace], Coroutine[Any, Any, int]]
@@ -465,9 +467,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     args.extra = extra
     try:
-        return int(asyncio.run(args.handler(args)))
+        code = int(asyncio.run(args.handler(args)))
+        sys.stdout.flush()  # now, not at exit, so that a reader gone early is handled below
+        return code
+    except BrokenPipeError:
+        # `memstack export … | head -1`: the reader has what it wanted. Python's recipe:
+        # point stdout at devnull, or the interpreter's last flush fails again at exit.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_CLOSED_PIPE
     except KeyboardInterrupt:
-        return 130
+        return EXIT_INTERRUPTED
     except Exception as exc:  # one line for every failure; the traceback on --debug
         if args.debug:
             raise

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
@@ -312,3 +313,30 @@ def test_unknown_options_are_refused_outside_script_benchmarks():
     assert result.returncode == 2
     assert "unrecognized arguments: --bogus" in result.stderr
 
+
+def test_a_reader_that_closes_early_leaves_no_traceback(tmp_path: Path):
+    from agents.memory import SQLiteSession
+
+    db = tmp_path / "many.db"
+    store = SQLiteSession("big", db_path=str(db))
+    # Far more than a pipe holds (64 KiB), so the export is still writing when the reader goes.
+    items = [{"role": "user", "content": f"message {n} " + "x" * 200} for n in range(3000)]
+    asyncio.run(store.add_items(items))
+    store.close()
+    path = tmp_path / "plain.toml"
+    path.write_text(f"[backend]\nurl = 'sqlite:///{db}'\n")
+    # Buffered, as in a user's shell (unbuffered, a lone big write to a closed pipe is cut short
+    # without an error: there is nothing to handle).
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "memstack", "export", str(path), "--session", "big"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+    )
+    assert process.stdout is not None and process.stderr is not None
+    assert json.loads(process.stdout.readline())["content"].startswith("message 0 ")
+    process.stdout.close()  # as `| head -1` does
+    stderr = process.stderr.read().decode()
+    assert process.wait(timeout=120) == 141  # 128 + SIGPIPE, as a shell reports `yes | head -1`
+    assert stderr == "", stderr
