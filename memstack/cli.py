@@ -5,8 +5,9 @@
     $ memstack export recipes/dev-sqlite.toml --session user-42 -o user-42.jsonl
 
 Exit codes: 0 success; 1 the operation failed (store unreachable, wrong key, …);
-2 bad usage or an invalid recipe. Errors are one line on stderr; ``--debug`` adds the
-traceback.
+2 bad usage or an invalid recipe; 130 interrupted; 141 (128 + SIGPIPE, as a shell reports
+``yes | head -1``) standard output closed by its reader. Errors are one line on stderr;
+``--debug`` adds the traceback.
 """
 
 from __future__ import annotations
@@ -14,8 +15,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import sys
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -23,13 +26,14 @@ from agents.memory import Session
 
 from memstack import __version__
 from memstack.backends.capabilities import READ_ALL
+from memstack.backends.translate import store_errors
 from memstack.base import SessionLayer, full_history_layer, iter_chain, limit_arg
 from memstack.cli_table import table as _table
 from memstack.errors import ConfigurationError, MemstackError
 from memstack.history import item_type, stored_history, validate_items
 from memstack.progress import progress_bar
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED, EXIT_CLOSED_PIPE = 0, 1, 2, 130, 141
 _IMPORT_BATCH = 500
 
 Command = Callable[[argparse.Namespace], Coroutine[Any, Any, int]]
@@ -54,6 +58,21 @@ async def _close(session: Session) -> None:
         await engine.dispose()
 
 
+@asynccontextmanager
+async def _using(session: Session) -> AsyncIterator[Session]:
+    """``session``, closed afterwards, its store's own failures raised as ``BackendError``.
+
+    Layers translate what passes through their Session methods; this also covers a recipe
+    with no layer and the maintenance methods the CLI calls. Print after the block: a
+    closed stdout is not a store failure.
+    """
+    try:
+        with store_errors(list(iter_chain(session))[-1]):
+            yield session
+    finally:
+        await _close(session)
+
+
 def _label(session: Session) -> str:
     return type(session).__name__
 
@@ -76,32 +95,29 @@ async def cmd_inspect(args: argparse.Namespace) -> int:
     from memstack.tokens import TokenCounter
 
     counter = TokenCounter(args.model)
-    stack = _open(args)
-    try:
+    async with _using(_open(args)) as stack:
         rows = []
         for session in iter_chain(stack):
             items = await session.get_items(limit=READ_ALL)
             rows.append((_label(session), len(items), counter.count_items(items)))
-        print(f"session {stack.session_id!r}: {stack!r}\n")
-        print(_table(["layer (top → store)", "items", "tokens"], rows))
         view = await stack.get_items(**limit_arg(args.limit))
-        print(f"\nwhat the model is sent ({len(view)} items):")
-        print(
-            _table(
-                ["#", "kind", "tokens", "content"],
-                [
-                    (
-                        n,
-                        item_type(item) if "type" in item else item.get("role", "?"),
-                        counter.count_items([item]),
-                        json.dumps(item, ensure_ascii=False)[:60],
-                    )
-                    for n, item in enumerate(view)
-                ],
-            )
+    print(f"session {stack.session_id!r}: {stack!r}\n")
+    print(_table(["layer (top → store)", "items", "tokens"], rows))
+    print(f"\nwhat the model is sent ({len(view)} items):")
+    print(
+        _table(
+            ["#", "kind", "tokens", "content"],
+            [
+                (
+                    n,
+                    item_type(item) if "type" in item else item.get("role", "?"),
+                    counter.count_items([item]),
+                    json.dumps(item, ensure_ascii=False)[:60],
+                )
+                for n, item in enumerate(view)
+            ],
         )
-    finally:
-        await _close(stack)
+    )
     return EXIT_OK
 
 
@@ -110,8 +126,7 @@ async def cmd_stats(args: argparse.Namespace) -> int:
     from memstack.tokens import TokenCounter
 
     counter = TokenCounter(args.model)
-    stack = _open(args)
-    try:
+    async with _using(_open(args)) as stack:
         history = await full_history_layer(stack).get_items(limit=READ_ALL)
         view = await stack.get_items()
         caps = capabilities_of(list(iter_chain(stack))[-1])
@@ -123,9 +138,7 @@ async def cmd_stats(args: argparse.Namespace) -> int:
             ("view tokens", counter.count_items(view)),
             ("store adapter", f"{type(caps).__name__} (atomic={caps.atomic})"),
         ]
-        print(_table(["stat", "value"], rows))
-    finally:
-        await _close(stack)
+    print(_table(["stat", "value"], rows))
     return EXIT_OK
 
 
@@ -138,12 +151,9 @@ def _find_method(stack: Session, method: str) -> Any:
 
 async def _layer_operation(args: argparse.Namespace, method: str, done: str) -> int:
     """Open the recipe's stack and run ``method`` of the first layer that has it."""
-    stack = _open(args)
-    try:
+    async with _using(_open(args)) as stack:
         count = await _find_method(stack, method)()
-        print(done.format(count=count, session=stack.session_id))
-    finally:
-        await _close(stack)
+    print(done.format(count=count, session=stack.session_id))
     return EXIT_OK
 
 
@@ -165,15 +175,12 @@ async def _purge_by_store_time(args: argparse.Namespace) -> int:
     from memstack.recipes import load_recipe, parse_duration
 
     recipe = load_recipe(args.recipe, **({"url": args.url} if args.url else {}))
-    store = recipe.open_store(args.session)
-    try:
+    async with _using(recipe.open_store(args.session)) as store:
         purged = await purge_written_before(store, older_than=parse_duration(args.older_than))
-        print(
-            f"purged {purged} rows older than {args.older_than} from session {args.session!r}"
-            " (store write times; no key used)"
-        )
-    finally:
-        await _close(store)
+    print(
+        f"purged {purged} rows older than {args.older_than} from session {args.session!r}"
+        " (store write times; no key used)"
+    )
     return EXIT_OK
 
 
@@ -183,27 +190,25 @@ async def cmd_repair(args: argparse.Namespace) -> int:
     from memstack.recipes import load_recipe
 
     recipe = load_recipe(args.recipe, **({"url": args.url} if args.url else {}))
-    store = recipe.open_store(args.session)
-    try:
+    async with _using(recipe.open_store(args.session)) as store:
         stored: list[Any] = list(await store.get_items(limit=READ_ALL))
         bad = [index for index, value in enumerate(stored) if not isinstance(value, dict)]
-        rows = [
-            (index, len(stored) - index, type(stored[index]).__name__, repr(stored[index])[:60])
-            for index in bad
-        ]
-        if rows:
-            print(_table(("index", "from newest", "type", "value"), rows))
         if bad and args.remove:
             # In place, oldest rows only: run it while the session is idle.
             last = bad[-1] + 1
             kept = [value for value in stored[:last] if isinstance(value, dict)]
             await capabilities_of(store).replace_oldest(last, kept)
-            print(f"removed {len(bad)} stored values that are not items from {args.session!r}")
-        else:
-            hint = " (pass --remove to delete them)" if bad else ""
-            print(f"{len(bad)} of {len(stored)} stored values are not items{hint}")
-    finally:
-        await _close(store)
+    rows = [
+        (index, len(stored) - index, type(stored[index]).__name__, repr(stored[index])[:60])
+        for index in bad
+    ]
+    if rows:
+        print(_table(("index", "from newest", "type", "value"), rows))
+    if bad and args.remove:
+        print(f"removed {len(bad)} stored values that are not items from {args.session!r}")
+    else:
+        hint = " (pass --remove to delete them)" if bad else ""
+        print(f"{len(bad)} of {len(stored)} stored values are not items{hint}")
     return EXIT_OK
 
 
@@ -225,19 +230,14 @@ async def cmd_adopt(args: argparse.Namespace) -> int:
 
     recipe = load_recipe(args.recipe, **({"url": args.url} if args.url else {}))
     if args.all:
-        probe = recipe.open_store("memstack-adopt")  # any id: the listing covers the store
-        try:
+        # Any id: the listing covers the store.
+        async with _using(recipe.open_store("memstack-adopt")) as probe:
             ids = [info.session_id for info in await whole_store(probe).list_sessions()]
-        finally:
-            await _close(probe)
     else:
         ids = [args.session]
     for session_id in ids:
-        stack = recipe.build(session_id)
-        try:
+        async with _using(recipe.build(session_id)) as stack:
             counts = await adopt_stack(stack, allow_non_atomic=args.allow_non_atomic)
-        finally:
-            await _close(stack)
         done = ", ".join(f"{layer} {count}" for layer, count in counts.items())
         print(f"session {session_id!r}: items adopted by {done or 'no layer (views need none)'}")
     print(f"adopted {len(ids)} session(s)")
@@ -245,18 +245,15 @@ async def cmd_adopt(args: argparse.Namespace) -> int:
 
 
 async def cmd_export(args: argparse.Namespace) -> int:
-    stack = _open(args)
-    try:
+    async with _using(_open(args)) as stack:
         with stored_history():  # exactly what is stored, even a history the API would refuse
             items = await full_history_layer(stack).get_items(limit=READ_ALL)
-        text = "".join(json.dumps(item, ensure_ascii=False) + "\n" for item in items)
-        if args.output:
-            await asyncio.to_thread(Path(args.output).write_text, text, encoding="utf-8")
-        else:
-            sys.stdout.write(text)
-        print(f"exported {len(items)} items of session {stack.session_id!r}", file=sys.stderr)
-    finally:
-        await _close(stack)
+    text = "".join(json.dumps(item, ensure_ascii=False) + "\n" for item in items)
+    if args.output:
+        await asyncio.to_thread(Path(args.output).write_text, text, encoding="utf-8")
+    else:
+        sys.stdout.write(text)
+    print(f"exported {len(items)} items of session {stack.session_id!r}", file=sys.stderr)
     return EXIT_OK
 
 
@@ -274,22 +271,21 @@ async def cmd_import(args: argparse.Namespace) -> int:
             except json.JSONDecodeError as exc:
                 raise ConfigurationError(f"{path}:{number}: not JSON: {exc.msg}") from exc
     validate_items(items)
-    stack = _open(args)
-    try:
+    async with _using(_open(args)) as stack:
         target = full_history_layer(stack)
         if args.replace:
             await target.clear_session()
         bar = progress_bar(len(items), "import")
-        for start in range(0, len(items), _IMPORT_BATCH):
-            batch = items[start : start + _IMPORT_BATCH]
-            await target.add_items(batch)
+        try:
+            for start in range(0, len(items), _IMPORT_BATCH):
+                batch = items[start : start + _IMPORT_BATCH]
+                await target.add_items(batch)
+                if bar is not None:
+                    bar.update(len(batch))
+        finally:  # cleared before an error is printed, which then starts its own line
             if bar is not None:
-                bar.update(len(batch))
-        if bar is not None:
-            bar.close()
-        print(f"imported {len(items)} items into session {stack.session_id!r}")
-    finally:
-        await _close(stack)
+                bar.close()
+    print(f"imported {len(items)} items into session {stack.session_id!r}")
     return EXIT_OK
 
 
@@ -471,9 +467,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     args.extra = extra
     try:
-        return int(asyncio.run(args.handler(args)))
+        code = int(asyncio.run(args.handler(args)))
+        sys.stdout.flush()  # now, not at exit, so that a reader gone early is handled below
+        return code
+    except BrokenPipeError:
+        # `memstack export … | head -1`: the reader has what it wanted. Python's recipe:
+        # point stdout at devnull, or the interpreter's last flush fails again at exit.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_CLOSED_PIPE
     except KeyboardInterrupt:
-        return 130
+        return EXIT_INTERRUPTED
     except Exception as exc:  # one line for every failure; the traceback on --debug
         if args.debug:
             raise

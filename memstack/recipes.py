@@ -92,12 +92,19 @@ class Recipe:
 
         Secrets are not needed: each reference is checked for form (a provider must be
         importable) and a generated stand-in takes its place, so CI can check a recipe
-        without production secrets. ``resolve=True`` reads them as ``build`` would.
+        without production secrets. ``resolve=True`` reads them as ``build`` would, and
+        checks that a backend loads the store URL's scheme (connecting nowhere).
         Returns the references left unresolved, as ``"layers[1] (encrypted).key: env:X"``.
         """
+        from memstack.backends.open import check_url
         from memstack.testing.memory import InMemorySession
 
         self._backend_options(resolve=resolve)
+        if resolve:  # not by default: a dialect may come from a plugin CI does not install
+            try:
+                check_url(self.url)
+            except ConfigurationError as exc:
+                raise RecipeError(f"{self.source}: [backend]: {exc}") from exc
         self._stack_over(InMemorySession("recipe-validation"), resolve=resolve)
         if resolve:
             return []

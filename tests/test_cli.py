@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
@@ -194,13 +195,59 @@ def test_debug_shows_the_traceback(recipe: Path, tmp_path: Path):
     assert result.returncode != 0 and "Traceback" in result.stderr
 
 
-def test_unreachable_database(recipe: Path):
-    result = memstack(
-        "stats", str(recipe), "--session", "u1", "--url", "postgresql://postgres@127.0.0.1:1/test"
-    )
+REFUSED = "postgresql+asyncpg://postgres@127.0.0.1:1/test"  # nothing listens on port 1
+
+
+@pytest.mark.parametrize("layers", [False, True], ids=["bare store", "layers"])
+def test_unreachable_database(tmp_path: Path, layers: bool):
+    path = tmp_path / "store.toml"
+    ttl = "[[layers]]\nlayer = 'ttl'\nttl = '30d'\n"
+    path.write_text("[backend]\nurl = 'sqlite://'\n" + ttl * layers)
+    result = memstack("stats", str(path), "--session", "u1", "--url", REFUSED)
     assert result.returncode == 1
-    assert "BackendError" not in (error := one_line_error(result))
-    assert "127.0.0.1" in error or "Connect" in error or "refused" in error.lower()
+    error = one_line_error(result)  # the store named, then the cause: a BackendError
+    assert "session 'u1': SQLAlchemySession failed: ConnectionRefusedError" in error, error
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["stats", "plain", "--session", "u1"],
+        ["inspect", "plain", "--session", "u1"],
+        ["export", "plain", "--session", "u1"],
+        ["import", "plain", "--session", "u1", "HISTORY"],
+        ["repair", "plain", "--session", "u1"],
+        ["purge", "ttl", "--session", "u1"],
+        ["purge", "ttl", "--session", "u1", "--older-than", "1d"],
+        ["purge", "ttl", "--all"],
+        ["rotate", "ttl", "--session", "u1"],
+        ["rotate", "ttl", "--all"],
+        ["adopt", "ttl", "--session", "u1"],
+        ["adopt", "ttl", "--all"],
+        ["sessions", "ttl"],
+        ["forget", "ttl", "--user", "ann"],
+        ["audit", "ttl"],
+    ],
+    ids=" ".join,
+)
+def test_every_command_reports_an_unreachable_store_as_backend_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, args: list[str]
+):
+    from memstack.cli import main
+    from memstack.errors import BackendError
+
+    monkeypatch.setenv("MEMSTACK_CLI_KEY", KEY)
+    recipes = {
+        "plain": "",
+        "ttl": "[[layers]]\nlayer = 'ttl'\nttl = '30d'\n"
+        "[[layers]]\nlayer = 'encrypted'\nkey = { env = 'MEMSTACK_CLI_KEY' }\n",
+    }
+    path = tmp_path / f"{args[1]}.toml"
+    path.write_text("[backend]\nurl = 'sqlite://'\n" + recipes[args[1]])
+    argv = [str(path) if a == args[1] else a for a in args]
+    argv = [str(history(tmp_path)) if a == "HISTORY" else a for a in argv]
+    with pytest.raises(BackendError, match="ConnectionRefusedError"):
+        main(["--debug", *argv, "--url", REFUSED])
 
 
 def test_rotate_and_purge(recipe: Path, tmp_path: Path):
@@ -265,3 +312,31 @@ def test_unknown_options_are_refused_outside_script_benchmarks():
     result = memstack("validate", "x.toml", "--bogus")
     assert result.returncode == 2
     assert "unrecognized arguments: --bogus" in result.stderr
+
+
+def test_a_reader_that_closes_early_leaves_no_traceback(tmp_path: Path):
+    from agents.memory import SQLiteSession
+
+    db = tmp_path / "many.db"
+    store = SQLiteSession("big", db_path=str(db))
+    # Far more than a pipe holds (64 KiB), so the export is still writing when the reader goes.
+    items = [{"role": "user", "content": f"message {n} " + "x" * 200} for n in range(3000)]
+    asyncio.run(store.add_items(items))
+    store.close()
+    path = tmp_path / "plain.toml"
+    path.write_text(f"[backend]\nurl = 'sqlite:///{db}'\n")
+    # Buffered, as in a user's shell (unbuffered, a lone big write to a closed pipe is cut short
+    # without an error: there is nothing to handle).
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "memstack", "export", str(path), "--session", "big"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+    )
+    assert process.stdout is not None and process.stderr is not None
+    assert json.loads(process.stdout.readline())["content"].startswith("message 0 ")
+    process.stdout.close()  # as `| head -1` does
+    stderr = process.stderr.read().decode()
+    assert process.wait(timeout=120) == 141  # 128 + SIGPIPE, as a shell reports `yes | head -1`
+    assert stderr == "", stderr

@@ -57,3 +57,28 @@ def test_a_structural_error_still_fails_without_secrets(tmp_path: Path):
     result = validate(str(path))
     assert result.returncode == 2
     assert "compress_min_bytes" in result.stderr
+
+
+def test_resolve_refuses_a_scheme_no_backend_loads(tmp_path: Path):
+    path = tmp_path / "foo.toml"
+    path.write_text("[backend]\nurl = 'foo://x'\n")
+    assert validate(str(path)).returncode == 0  # the form only: a dialect may be a plugin
+    result = validate(str(path), "--resolve")
+    assert result.returncode == 2, result
+    error = result.stderr.strip()
+    assert error.startswith("memstack: error: ") and "\n" not in error
+    assert "no backend loads foo:// URLs" in error
+    assert "known: sqlite, aiosqlite, redis, rediss, unix, postgresql" in error
+
+
+def test_resolve_connects_nowhere(tmp_path: Path):
+    for url in (
+        f"sqlite:///{tmp_path / 'never.db'}",
+        "postgresql://postgres@127.0.0.1:1/test",  # nothing listens on port 1
+        "redis://127.0.0.1:1/0",
+    ):
+        path = tmp_path / "store.toml"
+        path.write_text(f"[backend]\nurl = '{url}'\n")
+        result = validate(str(path), "--resolve")
+        assert result.returncode == 0, result.stderr
+    assert not (tmp_path / "never.db").exists()

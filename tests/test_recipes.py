@@ -211,3 +211,10 @@ def test_validate_without_secrets_still_checks_everything_else():
         validate({"layer": "encrypted", "keyring": {"provider": "no.such:thing"}})
     with pytest.raises(RecipeError, match="exactly one of key= or keyring="):
         validate({"layer": "encrypted", "key": {"env": "X"}, "keyring": {"env": "Y"}})
+
+
+def test_validate_resolve_checks_the_url_scheme():
+    recipe = load_recipe({"backend": {"url": "foo://x"}})
+    assert recipe.validate() == []  # the form only
+    with pytest.raises(RecipeError, match=r"<recipe>: \[backend\]: no backend loads foo:// URLs"):
+        recipe.validate(resolve=True)

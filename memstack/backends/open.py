@@ -11,13 +11,16 @@ URL → SDK session:
 - ``postgresql://…``, ``mysql://…``, any ``dialect+driver://…`` → ``SQLAlchemySession``
   (plain ``postgresql``/``mysql`` get the asyncpg/aiomysql drivers)
 - ``redis://…``, ``rediss://…`` → ``RedisSession``
+
+Any other scheme raises ``ConfigurationError`` naming these; ``check_url`` says so without
+opening anything (``memstack validate --resolve``).
 """
 
 from __future__ import annotations
 
 import re
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agents.memory import Session, SQLiteSession
 
@@ -25,7 +28,10 @@ from memstack.backends.translate import store_errors
 from memstack.durations import parse_duration, seconds_of
 from memstack.errors import ConfigurationError
 
-__all__ = ["open_backend"]
+if TYPE_CHECKING:
+    from agents.extensions.memory import RedisSession
+
+__all__ = ["check_url", "open_backend"]
 
 # Plain dialects get the async driver memstack's extras install.
 _DEFAULT_DRIVERS = {
@@ -36,6 +42,11 @@ _DEFAULT_DRIVERS = {
     "sqlite+async": "sqlite+aiosqlite",
 }
 _MYSQL_DIALECTS = ("mysql", "mariadb")
+_REDIS_SCHEMES = ("redis", "rediss", "unix")
+_KNOWN = (
+    "sqlite, aiosqlite, redis, rediss, unix, postgresql, postgres, mysql, mariadb, "
+    "or an installed SQLAlchemy dialect as dialect+driver, e.g. sqlite+aiosqlite"
+)
 
 
 def _sqlite_path(url: str, scheme: str) -> str:
@@ -60,40 +71,75 @@ def open_backend(url: str, session_id: str, **options: Any) -> Session:
         return _open(url, session_id, options)
 
 
+def check_url(url: str) -> None:
+    """Check ``url`` as ``open_backend`` reads it, opening nothing: its form and its scheme."""
+    scheme = _scheme(url)
+    if scheme in ("sqlite", "aiosqlite"):
+        _sqlite_path(url, scheme)
+    elif scheme in _REDIS_SCHEMES:
+        _redis_session_class(url)
+    else:
+        _sqlalchemy_url(url, scheme)
+
+
 def _without_password(url: str) -> str:
     return re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", url)
+
+
+def _scheme(url: str) -> str:
+    scheme, sep, _ = url.partition("://")
+    if not sep:
+        raise ConfigurationError(f"{url!r} is not a URL (expected scheme://…)")
+    return scheme.lower()
 
 
 def _open(url: str, session_id: str, options: dict[str, Any]) -> Session:
     if not isinstance(session_id, str) or not session_id:
         raise ConfigurationError("session_id must be a non-empty string")
-    scheme, sep, _ = url.partition("://")
-    if not sep:
-        raise ConfigurationError(f"{url!r} is not a URL (expected scheme://…)")
-    scheme = scheme.lower()
+    scheme = _scheme(url)
     if scheme == "sqlite":
         return SQLiteSession(session_id, db_path=_sqlite_path(url, scheme), **options)
     if scheme == "aiosqlite":
         from agents.extensions.memory import AsyncSQLiteSession
 
         return AsyncSQLiteSession(session_id, db_path=_sqlite_path(url, scheme), **options)
-    if scheme in ("redis", "rediss", "unix"):
+    if scheme in _REDIS_SCHEMES:
         return _open_redis(url, session_id, options)
     return _open_sqlalchemy(url, scheme, session_id, options)
 
 
-def _open_redis(url: str, session_id: str, options: dict[str, Any]) -> Session:
+def _redis_session_class(url: str) -> type[RedisSession]:
     try:
         from agents.extensions.memory import RedisSession
     except ImportError as exc:
         raise ConfigurationError(
             f"{url!r} needs the redis extra: pip install memstack[redis]"
         ) from exc
+    return RedisSession
+
+
+def _open_redis(url: str, session_id: str, options: dict[str, Any]) -> Session:
+    redis_session = _redis_session_class(url)
     ttl = options.get("ttl")
     if isinstance(ttl, str | timedelta):
         # The SDK's key expiry is typed int (whole seconds); recipes write it as a duration.
         options["ttl"] = round(seconds_of(parse_duration(ttl) if isinstance(ttl, str) else ttl))
-    return RedisSession.from_url(session_id, url=url, **options)
+    return redis_session.from_url(session_id, url=url, **options)
+
+
+def _sqlalchemy_url(url: str, scheme: str) -> str:
+    """``url`` with the default async driver of a plain dialect; its dialect must load."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError, NoSuchModuleError
+
+    url = _DEFAULT_DRIVERS.get(scheme, scheme) + url[len(scheme) :]
+    try:
+        make_url(url).get_dialect()  # the dialect's module only: no driver, no connection
+    except NoSuchModuleError as exc:
+        raise ConfigurationError(f"no backend loads {scheme}:// URLs (known: {_KNOWN})") from exc
+    except (ArgumentError, ValueError) as exc:  # unparsable, a port that is not a number
+        raise ConfigurationError(f"{_without_password(url)!r}: {exc}") from exc
+    return url
 
 
 def _open_sqlalchemy(url: str, scheme: str, session_id: str, options: dict[str, Any]) -> Session:
@@ -101,9 +147,8 @@ def _open_sqlalchemy(url: str, scheme: str, session_id: str, options: dict[str, 
     from sqlalchemy.exc import ArgumentError, NoSuchModuleError
     from sqlalchemy.ext.asyncio import create_async_engine
 
-    if scheme in _DEFAULT_DRIVERS:
-        url = _DEFAULT_DRIVERS[scheme] + url[len(scheme) :]
-        scheme = _DEFAULT_DRIVERS[scheme]
+    url = _sqlalchemy_url(url, scheme)
+    scheme = _DEFAULT_DRIVERS.get(scheme, scheme)
     engine = options.pop("engine", None)
     create_tables = options.pop("create_tables", True)
     if engine is None:

@@ -81,6 +81,8 @@ async def _forget(store: MemoryStore, args: argparse.Namespace) -> int:
     if not (args.id or args.key or args.all):
         raise ConfigurationError("give --id, --key, or --all to forget the whole scope")
     count = await store.forget(args.scope, args.id, key=args.key, actor="cli")
+    if args.id and not count:  # one id typed by hand: a typo should not pass for success
+        raise ConfigurationError(f"no memory {args.id!r} in scope {args.scope!r}")
     print(f"forgot {count} memories of scope {args.scope!r}")
     return 0
 

@@ -9,6 +9,7 @@ from agents.extensions.memory import AsyncSQLiteSession, RedisSession, SQLAlchem
 from agents.memory import SQLiteSession
 
 from memstack import ConfigurationError, open_backend
+from memstack.backends.open import check_url
 
 from ..conftest import MYSQL_URL, require_service
 
@@ -54,12 +55,34 @@ async def test_mariadb_tables_are_created_with_lengths():
         ("no-scheme", "is not a URL"),
         ("sqlite:relative.db", "is not a URL"),
         ("sqlite://relative.db", "write sqlite:///relative.db"),
-        ("nosuchdb+nodriver://x", "cannot open nosuchdb\\+nodriver:// URLs"),
+        ("nosuchdb+nodriver://x", "no backend loads nosuchdb\\+nodriver:// URLs"),
+        ("foo://x", r"no backend loads foo:// URLs \(known: sqlite, aiosqlite, redis, "),
+        ("postgresql+nodriver://x", "no backend loads postgresql\\+nodriver:// URLs"),
     ],
 )
 def test_bad_urls(url: str, message: str):
     with pytest.raises(ConfigurationError, match=message):
+        check_url(url)
+    with pytest.raises(ConfigurationError, match=message):
         open_backend(url, "s")
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "sqlite://:memory:",
+        "sqlite:///never.db",
+        "aiosqlite:///never.db",
+        "postgresql://u@127.0.0.1:1/db",
+        "mysql+aiomysql://u@127.0.0.1:1/db",
+        "sqlite+aiosqlite:///never.db",
+        "redis://127.0.0.1:1/0",
+    ],
+)
+def test_check_url_opens_nothing(url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.chdir(tmp_path)
+    check_url(url)
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_session_id_required():

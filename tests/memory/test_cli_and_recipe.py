@@ -96,6 +96,32 @@ def test_memory_commands_round_trip(
     assert b"cat called Miso" not in (tmp_path / "memory.db").read_bytes()
 
 
+def test_forget_by_an_unknown_id_says_so(recipe: Path, tmp_path: Path) -> None:
+    async def seed() -> str:
+        store = MemoryStore.from_url(f"sqlite:///{tmp_path / 'memory.db'}", key=KEY)
+        try:
+            return (await store.remember("ana", "Has a cat called Miso")).id
+        finally:
+            await store.close()
+
+    cat_id = asyncio.run(seed())
+    missing = memstack("memory", "forget", str(recipe), "--scope", "ana", "--id", "nope")
+    assert missing.returncode == 2, missing
+    assert missing.stdout == ""
+    assert missing.stderr == "memstack: error: no memory 'nope' in scope 'ana'\n"
+    # The id exists, but in another scope: not found either, and nothing is deleted.
+    elsewhere = memstack("memory", "forget", str(recipe), "--scope", "bob", "--id", cat_id)
+    assert elsewhere.returncode == 2 and f"no memory '{cat_id}' in scope 'bob'" in elsewhere.stderr
+    found = memstack("memory", "forget", str(recipe), "--scope", "ana", "--id", cat_id)
+    assert found.returncode == 0, found.stderr
+    assert found.stdout.strip() == "forgot 1 memories of scope 'ana'"
+    # A key or a scope that matches nothing is already as asked: "forgot 0", exit 0.
+    for selector in (["--key", "diet"], ["--all"]):
+        none = memstack("memory", "forget", str(recipe), "--scope", "ana", *selector)
+        assert none.returncode == 0, none.stderr
+        assert none.stdout.strip() == "forgot 0 memories of scope 'ana'"
+
+
 def test_memory_embed_command_backfills_vectors(recipe: Path, tmp_path: Path) -> None:
     async def seed() -> None:
         store = MemoryStore.from_url(f"sqlite:///{tmp_path / 'memory.db'}", key=KEY)
