@@ -310,6 +310,29 @@ def test_the_answer_does_not_depend_on_how_much_was_read(
     assert small == whole
 
 
+@pytest.mark.parametrize("low", [None, 0.5])
+def test_a_history_that_fits_starts_at_its_oldest_item_without_a_replay(low: float | None):
+    """Whole and fitting: the start is 0 at once; a tail that may not be whole reads on.
+
+    (``test_the_answer_does_not_depend_on_how_much_was_read`` compares this shortcut, taken
+    on a whole read, with the replay that a read of a shorter tail goes through.)
+    """
+    items = sample_items(12)
+    budget = window_policy.Budget(tokens=10**6)
+    lower = None if low is None else budget.scaled(low)
+
+    def tail(complete: bool) -> window_policy.Tail:
+        return window_policy.Tail(
+            items, complete=complete, align="turn", pinned_lookback=100, counter=TokenCounter()
+        )
+
+    whole = tail(complete=True)
+    with mock.patch.object(window_policy.Tail, "anchor", side_effect=AssertionError("replayed")):
+        assert whole.plan(budget, lower) == 0
+    assert whole.reach == 0  # it needed the whole tail: the next read is as long
+    assert tail(complete=False).plan(budget, lower) is None  # older items may fit too
+
+
 # -- real transcripts, replayed turn by turn -----------------------------------------------
 def conversations(name: str) -> list[dict[str, Any]]:
     return [json.loads(line) for line in shared_data(f"{name}.jsonl").read_text().splitlines()]
