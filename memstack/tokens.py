@@ -104,6 +104,18 @@ def _canonical_digest(item: Mapping[str, Any]) -> bytes:
     return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
 
 
+_COUNTS: dict[tuple[object, ...], Memo[int]] = {}
+
+
+def _shared_counts(kind: type, encoding: str, overhead: int, media: int, size: int) -> Memo[int]:
+    """One memo per way of counting (class and settings), for the whole process.
+
+    A count depends only on the item and these, so counters alike share it: a stack's
+    compaction and window count an item once, and so does a stack built per request.
+    """
+    return _COUNTS.setdefault((kind, encoding, overhead, media, size), Memo(size))
+
+
 class TokenCounter:
     """Counts tokens of texts, Responses input items and tool schemas for one model."""
 
@@ -138,7 +150,9 @@ class TokenCounter:
         self.media_tokens = media_tokens
         self.cache_size = cache_size
         self._encoding: tiktoken.Encoding | None = None
-        self._counts: Memo[int] = Memo(cache_size)
+        self._counts = _shared_counts(
+            type(self), self.encoding_name, item_overhead, media_tokens, cache_size
+        )
 
     @property
     def encoding(self) -> tiktoken.Encoding:

@@ -6,6 +6,7 @@ import gzip
 import hashlib
 import os
 import socket
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -296,8 +297,25 @@ def test_values_json_cannot_hold_are_counted_and_cached() -> None:
     counter = TokenCounter()
     when = datetime(2026, 1, 2, tzinfo=UTC)
     item = {"role": "user", "content": "hello", "extra": when}
+    cached = len(counter._counts)
     assert counter.count_item(item) == counter.count_item(dict(item)) > 0
-    assert len(counter._counts) == 1
+    assert len(counter._counts) == cached + 1
+
+
+def test_counters_alike_share_one_memo_and_others_do_not() -> None:
+    class Doubling(TokenCounter):
+        def count_text(self, text: str) -> int:
+            return 2 * super().count_text(text)
+
+    item = {"role": "user", "content": "a fresh sentence to count " + uuid.uuid4().hex}
+    plain, twin, doubled = TokenCounter("gpt-4.1"), TokenCounter("gpt-4.1"), Doubling("gpt-4.1")
+    cached = len(plain._counts)
+    counted = twin.count_item(item)
+    assert len(plain._counts) == cached + 1  # the twin's count serves the plain counter
+    assert plain.count_item(item) == counted
+    assert len(plain._counts) == cached + 1
+    assert doubled.count_item(item) > plain.count_item(item)  # never the plain count
+    assert TokenCounter("gpt-4.1", item_overhead=0).count_item(item) < plain.count_item(item)
 
 
 def test_cache_is_bounded() -> None:
