@@ -223,8 +223,14 @@ def test_validate_resolve_checks_the_url_scheme():
 
 
 def test_missing_required_option_is_a_recipe_error_at_load():
-    recipe = {"backend": {"url": "sqlite://"}, "layers": [{"layer": "passthrough"}, {"layer": "ttl"}]}
-    message = r"^<recipe>: layers\[1\] \(ttl\): TTLSession: missing required option\(s\) ttl; allowed: ttl, "
+    recipe = {
+        "backend": {"url": "sqlite://"},
+        "layers": [{"layer": "passthrough"}, {"layer": "ttl"}],
+    }
+    message = (
+        r"^<recipe>: layers\[1\] \(ttl\): TTLSession: "
+        r"missing required option\(s\) ttl; allowed: ttl, "
+    )
     with pytest.raises(RecipeError, match=message):
         load_recipe(recipe)
     with pytest.raises(RecipeError, match=message):
@@ -237,7 +243,10 @@ def test_missing_required_option_is_a_recipe_error_when_stacking():
     # a Recipe assembled in code, not through load_recipe, is checked when stacked
     loaded = load_recipe({"backend": {"url": "sqlite://"}})
     recipe = dataclasses.replace(loaded, layers=(LayerSpec("compaction"),))
-    message = r"^<recipe>: layers\[0\] \(compaction\): CompactionSession: missing required option\(s\) strategy;"
+    message = (
+        r"^<recipe>: layers\[0\] \(compaction\): CompactionSession: "
+        r"missing required option\(s\) strategy;"
+    )
     with pytest.raises(RecipeError, match=message):
         recipe.validate()
     with pytest.raises(RecipeError, match=message):
