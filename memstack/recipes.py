@@ -53,6 +53,9 @@ SECRET_OPTIONS = frozenset(
     }
 )
 GOVERNANCE_FIELDS = ("user_sessions", "audit_key", "actor")
+# Required layer options a recipe fills in itself when it stacks: the memory layer's
+# ``store`` is opened from the ``[memory]`` table.
+RECIPE_SUPPLIED: Mapping[str, frozenset[str]] = {"memory": frozenset({"store"})}
 
 
 @dataclass(frozen=True)
@@ -335,7 +338,7 @@ def load_recipe(recipe: str | Path | Mapping[str, Any], **overrides: Any) -> Rec
         options = {key: value for key, value in entry.items() if key != "layer"}
         options.update(overrides.get(name, {}))
         try:
-            check_options(resolve_layer(name), options)
+            check_options(resolve_layer(name), options, supplied=RECIPE_SUPPLIED.get(name, ()))
         except ConfigurationError as exc:
             raise RecipeError(f"{source}: {where}: {exc}") from exc
         checked = {

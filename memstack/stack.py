@@ -14,7 +14,7 @@ duration options also take text such as ``"5m"`` (see ``memstack.durations``).
 from __future__ import annotations
 
 import inspect
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from importlib import import_module
 from typing import Any
@@ -61,16 +61,27 @@ def resolve_layer(layer: str | type[SessionLayer]) -> type[SessionLayer]:
     return cls
 
 
-def check_options(cls: type[SessionLayer], options: Mapping[str, Any]) -> None:
-    """Refuse option names the layer's constructor does not take, listing those it does."""
+def check_options(
+    cls: type[SessionLayer], options: Mapping[str, Any], *, supplied: Collection[str] = ()
+) -> None:
+    """Refuse unknown options and missing required ones, listing the options the layer takes.
+
+    ``supplied`` names required options a caller adds later (a recipe's memory ``store``).
+    """
     params = inspect.signature(cls.__init__).parameters
-    if any(p.kind is p.VAR_KEYWORD for p in params.values()):
-        return
     allowed = [name for name, p in params.items() if p.kind is p.KEYWORD_ONLY]
-    unknown = sorted(set(options) - set(allowed))
-    if unknown:
+    listed = ", ".join(allowed) or "none"
+    if not any(p.kind is p.VAR_KEYWORD for p in params.values()):
+        unknown = sorted(set(options) - set(allowed))
+        if unknown:
+            raise ConfigurationError(
+                f"unknown option(s) {', '.join(unknown)}; allowed: {listed}", layer=cls.__name__
+            )
+    required = {name for name in allowed if params[name].default is inspect.Parameter.empty}
+    missing = sorted(required - set(options) - set(supplied))
+    if missing:
         raise ConfigurationError(
-            f"unknown option(s) {', '.join(unknown)}; allowed: {', '.join(allowed) or 'none'}",
+            f"missing required option(s) {', '.join(missing)}; allowed: {listed}",
             layer=cls.__name__,
         )
 

@@ -82,3 +82,22 @@ def test_resolve_connects_nowhere(tmp_path: Path):
         result = validate(str(path), "--resolve")
         assert result.returncode == 0, result.stderr
     assert not (tmp_path / "never.db").exists()
+
+
+@pytest.mark.parametrize(
+    ("layer", "cls", "missing"),
+    [("ttl", "TTLSession", "ttl"), ("compaction", "CompactionSession", "strategy")],
+)
+def test_a_missing_required_option_is_a_usage_error(
+    tmp_path: Path, layer: str, cls: str, missing: str
+):
+    store = tmp_path / "x.db"
+    path = tmp_path / "bad.toml"
+    path.write_text(f"[backend]\nurl = 'sqlite:///{store}'\n[[layers]]\nlayer = '{layer}'\n")
+    result = validate(str(path))
+    assert result.returncode == 2, result
+    error = result.stderr.strip()
+    assert error.startswith(f"memstack: error: {path}: layers[0] ({layer}): {cls}: ")
+    assert "\n" not in error and "TypeError" not in error
+    assert f"missing required option(s) {missing}; allowed: " in error
+    assert not store.exists()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import timedelta
 from pathlib import Path
 
@@ -9,7 +10,8 @@ import pytest
 
 from memstack import PassthroughSession, RecipeError, SessionLayer
 from memstack.recipes import from_recipe, load_recipe
-from memstack.stack import LAYERS
+from memstack.stack import LAYERS, LayerSpec
+from memstack.testing import InMemorySession
 
 
 class Keyed(SessionLayer):
@@ -218,3 +220,46 @@ def test_validate_resolve_checks_the_url_scheme():
     assert recipe.validate() == []  # the form only
     with pytest.raises(RecipeError, match=r"<recipe>: \[backend\]: no backend loads foo:// URLs"):
         recipe.validate(resolve=True)
+
+
+def test_missing_required_option_is_a_recipe_error_at_load():
+    recipe = {
+        "backend": {"url": "sqlite://"},
+        "layers": [{"layer": "passthrough"}, {"layer": "ttl"}],
+    }
+    message = (
+        r"^<recipe>: layers\[1\] \(ttl\): TTLSession: "
+        r"missing required option\(s\) ttl; allowed: ttl, "
+    )
+    with pytest.raises(RecipeError, match=message):
+        load_recipe(recipe)
+    with pytest.raises(RecipeError, match=message):
+        from_recipe(recipe, session_id="u1")
+    # an override may supply it
+    assert load_recipe(recipe, ttl={"ttl": "1h"}).validate() == []
+
+
+def test_missing_required_option_is_a_recipe_error_when_stacking():
+    # a Recipe assembled in code, not through load_recipe, is checked when stacked
+    loaded = load_recipe({"backend": {"url": "sqlite://"}})
+    recipe = dataclasses.replace(loaded, layers=(LayerSpec("compaction"),))
+    message = (
+        r"^<recipe>: layers\[0\] \(compaction\): CompactionSession: "
+        r"missing required option\(s\) strategy;"
+    )
+    with pytest.raises(RecipeError, match=message):
+        recipe.validate()
+    with pytest.raises(RecipeError, match=message):
+        recipe.stack_over(InMemorySession("u1"))
+
+
+def test_the_memory_layers_store_comes_from_the_recipe(tmp_path: Path):
+    recipe = load_recipe(
+        {
+            "backend": {"url": "sqlite://"},
+            "memory": {"url": f"sqlite:///{tmp_path}/memory.db"},
+            "layers": [{"layer": "memory", "scope": "u1"}],
+        }
+    )
+    assert recipe.layers[0].options == {"scope": "u1"}
+    assert recipe.validate() == []

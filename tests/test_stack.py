@@ -62,3 +62,25 @@ def test_unknown_option_names_layer_field_and_allowed():
 def test_non_layer_class_is_refused():
     with pytest.raises(ConfigurationError, match="not a memstack SessionLayer"):
         build_stack(InMemorySession("s"), [InMemorySession])  # type: ignore[list-item]
+
+
+class Required(SessionLayer):
+    def __init__(self, inner, *, ttl: float, size: int, tag: str = "x") -> None:
+        super().__init__(inner)
+
+
+def test_missing_required_option_names_layer_missing_and_allowed():
+    with pytest.raises(
+        ConfigurationError,
+        match=r"^Required: missing required option\(s\) size, ttl; allowed: ttl, size, tag$",
+    ):
+        build_stack(InMemorySession("s"), [LayerSpec(Required, {"tag": "y"})])
+
+
+def test_missing_required_option_of_a_named_layer():
+    with pytest.raises(
+        ConfigurationError, match=r"^TTLSession: missing required option\(s\) ttl; allowed: ttl, "
+    ):
+        build_stack(InMemorySession("s"), [LayerSpec("ttl")])
+    with pytest.raises(ConfigurationError, match=r"^TTLSession: missing required option\(s\) ttl;"):
+        build_stack(InMemorySession("s"), ["ttl"])
