@@ -26,6 +26,7 @@ from agents.memory import Session, SessionSettings, is_openai_responses_compacti
 
 from memstack.backends.capabilities import forward_wrapper
 from memstack.backends.translate import store_errors
+from memstack.content_keys import known_keys
 from memstack.errors import ConfigurationError
 from memstack.history import reading_as_stored, stored_history, valid_view, validate_items
 
@@ -83,7 +84,11 @@ def _translating(
             if name == "add_items" and self.on_top:
                 batch = args[0] if args else kwargs.get("items")
                 validate_items(batch, layer=type(self).__name__)
-            result = await method(self, *args, **kwargs)
+            if name == "get_items" and self.on_top and self.reads_unaltered():
+                with known_keys():  # items built during this read may come with their keys
+                    result = await method(self, *args, **kwargs)
+            else:
+                result = await method(self, *args, **kwargs)
         if name == "get_items" and self.on_top and not reading_as_stored():
             return cast(T, valid_view(cast("list[dict[str, Any]]", result)))
         return result
@@ -122,6 +127,9 @@ class SessionLayer:
     #: or returns those objects (encryption opens envelopes): the layer below may then
     #: hand it values it shares between reads (``memstack.backends.reuse``).
     copies_what_it_reads: ClassVar[bool] = False
+    #: False when this layer never alters, in place, an item it reads from below (every
+    #: memstack layer). A layer of your own keeps True unless it makes the same promise.
+    alters_what_it_reads: ClassVar[bool] = True
 
     def __init__(self, inner: Session) -> None:
         if not isinstance(inner, Session):
@@ -137,6 +145,7 @@ class SessionLayer:
         #: True when this layer may return values it shares between reads (only to a
         #: wrapping layer that ``copies_what_it_reads``, which sets it).
         self.may_share = False
+        self._reads_unaltered: bool | None = None
         if isinstance(inner, SessionLayer):
             inner.on_top = False
             inner.may_share = self.copies_what_it_reads
@@ -205,6 +214,15 @@ class SessionLayer:
             # Reads and derived writes from above must cross what this layer does.
             return ViewCapabilities(self, capabilities_of(self.inner))
         return capabilities_of(self.inner)
+
+    def reads_unaltered(self) -> bool:
+        """True when no layer of this stack alters what it reads (see ``known_keys``)."""
+        if self._reads_unaltered is None:
+            self._reads_unaltered = all(
+                not (isinstance(layer, SessionLayer) and type(layer).alters_what_it_reads)
+                for layer in iter_chain(self)
+            )
+        return self._reads_unaltered
 
     # -- walking the chain --------------------------------------------------------------
     def __iter__(self) -> Iterator[Session]:

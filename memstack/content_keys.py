@@ -23,10 +23,12 @@ import json
 import marshal
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any, Generic, TypeVar, cast
 
-__all__ = ["Memo", "content_key"]
+__all__ = ["Memo", "content_key", "known_keys", "note_key", "packed_key"]
 
 V = TypeVar("V")
 Item = Mapping[str, Any]
@@ -34,11 +36,48 @@ Item = Mapping[str, Any]
 
 def content_key(item: Item) -> bytes:
     """A 16-byte digest of ``item``'s content, for caches in this process."""
+    known = _known_keys.get()
+    if known is not None and (hint := known.get(id(item))) is not None and hint[0] is item:
+        return hint[1]
     try:
         data = marshal.dumps(cast("dict[str, Any]", item), 2)
     except ValueError:  # a value marshal cannot write: canonical JSON instead
         data = json.dumps(item, sort_keys=True, default=str).encode("utf-8", "surrogatepass")
+    return packed_key(data)
+
+
+def packed_key(data: bytes) -> bytes:
+    """The content key of an item whose ``marshal`` format-2 bytes are ``data``."""
     return hashlib.blake2b(data, digest_size=16).digest()
+
+
+# Keys already known for items built during one read of a stack (``known_keys``).
+_known_keys: ContextVar[dict[int, tuple[object, bytes]] | None] = ContextVar(
+    "memstack_known_keys", default=None
+)
+
+
+@contextmanager
+def known_keys() -> Iterator[None]:
+    """Within this block, keys given to ``note_key`` answer ``content_key`` at once.
+
+    A layer that builds items from bytes it already holds (encryption rebuilds each
+    item from cached ``marshal`` bytes) knows their keys without hashing. The notes live
+    only as long as the block, one read of a stack whose layers never alter what they
+    read: nothing can change an item between its note and its use.
+    """
+    token = _known_keys.set({})
+    try:
+        yield
+    finally:
+        _known_keys.reset(token)
+
+
+def note_key(item: object, key: bytes) -> None:
+    """``key`` is the content key of ``item`` (inside ``known_keys()``; else ignored)."""
+    known = _known_keys.get()
+    if known is not None:
+        known[id(item)] = (item, key)
 
 
 class Memo(Generic[V]):

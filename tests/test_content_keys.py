@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import threading
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
+from memstack import EncryptedSession, SessionLayer, SlidingWindowSession, TTLSession
+from memstack.backends import open_backend
 from memstack.compaction.records import item_hash
-from memstack.content_keys import Memo, content_key
-from memstack.tokens import item_digest
+from memstack.content_keys import Memo, content_key, known_keys, note_key
+from memstack.crypto import generate_key
+from memstack.tokens import TokenCounter, item_digest
 
 
 def test_equal_content_gives_equal_keys_and_any_change_a_new_one() -> None:
@@ -82,3 +86,46 @@ def test_memo_shared_by_threads() -> None:
     for thread in threads:
         thread.join()
     assert errors == [] and len(memo) == 50
+
+
+def test_noted_keys_answer_only_inside_the_block_and_only_for_that_object() -> None:
+    item, twin = {"role": "user", "content": "hi"}, {"role": "user", "content": "hi"}
+    fake = b"k" * 16
+    note_key(item, fake)  # outside a block: ignored
+    assert content_key(item) != fake
+    with known_keys():
+        note_key(item, fake)
+        assert content_key(item) == fake
+        assert content_key(twin) == content_key(dict(item))  # another object: hashed
+    assert content_key(item) != fake
+
+
+class Louder(SessionLayer):
+    """A user's layer that alters, in place, the items it reads from below."""
+
+    async def get_items(self, limit: int | None = None, *, wrapper: Any = None) -> list[Any]:
+        items = await self.inner.get_items(limit)
+        for item in items:
+            if isinstance(item.get("content"), str):
+                item["content"] += " and then a great many more words" * 20
+        return items
+
+
+async def test_a_window_counts_what_a_layer_below_it_altered(tmp_path: Path) -> None:
+    """Keys noted by encryption must not outlive an item's change by a user's layer."""
+    store, key = open_backend(f"sqlite:///{tmp_path / 'k.db'}", "s1"), generate_key()
+    items = [{"role": "user", "content": f"short question {n}"} for n in range(40)]
+
+    def window(below: Any) -> SlidingWindowSession:
+        encrypted = EncryptedSession(TTLSession(store, ttl=3600), key=key)
+        return SlidingWindowSession(below(encrypted), max_tokens=2000, model="gpt-4.1")
+
+    plain = window(lambda encrypted: encrypted)
+    await plain.add_items(items)  # type: ignore[arg-type]
+    assert len(await plain.get_items()) == 40  # short items: all fit, and are counted so
+    louder = window(Louder)
+    for _ in range(2):  # the second read reopens envelopes it has seen
+        view = await louder.get_items()
+        assert 0 < len(view) < 40
+        assert TokenCounter("gpt-4.1").count_items(view) <= 2000
+    store.close()

@@ -48,7 +48,7 @@ from types import MappingProxyType
 from typing import Any
 
 from memstack.compaction.salient import occurs, salient_tokens
-from memstack.content_keys import Memo
+from memstack.content_keys import Memo, content_key
 from memstack.errors import ConfigurationError
 from memstack.history import is_user_message, item_type, pair_key, split_turns
 
@@ -215,8 +215,9 @@ class Mask:
         size = len(text) if isinstance(text, str) else len(json.dumps(text, default=str))
         if size < self.min_chars:
             return None
-        # Every read masks the same old outputs again: memoise by what the text depends on.
-        basis = {"call": call, "size": size}
+        # Every read masks the same old outputs again: memoise by what the text depends on
+        # (the call by its content key, which a read often knows without hashing).
+        basis: dict[str, Any] = {"call": content_key(call), "size": size}
         if self.keep_names:
             basis["output"] = text
         placeholder = self._placeholders.get_or_compute(

@@ -53,6 +53,7 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from memstack.backends.reuse import Identity
+from memstack.content_keys import note_key, packed_key
 from memstack.crypto.keys import KeyProvider, check_kid, parse_key
 from memstack.errors import ConfigurationError, DecryptionError, ItemValidationError
 
@@ -171,7 +172,8 @@ class SessionCipher:
         self._session = session_id.encode("utf-8")
         self._aeads: dict[str, tuple[AESGCM, bytes]] = {}
         self._opened = OpenedCache()
-        self._seen: Identity[bytes] = Identity()  # shared envelopes: no ciphertext hashing
+        # Shared envelopes, by identity: the item's marshal bytes and their content key.
+        self._seen: Identity[tuple[bytes, bytes]] = Identity()
 
     # -- keys ------------------------------------------------------------------------------
     @property
@@ -260,8 +262,12 @@ class SessionCipher:
         Recognised by identity alone: a shared value is read-only, so it still is what
         was authenticated. None when it was not seen (use ``open``).
         """
-        packed = self._seen.get(envelope)
-        return None if packed is None else cast("dict[str, Any]", marshal.loads(packed))
+        seen = self._seen.get(envelope)
+        if seen is None:
+            return None
+        item = marshal.loads(seen[0])
+        note_key(item, seen[1])  # its content key is known: the window counts it without hashing
+        return cast("dict[str, Any]", item)
 
     def open(self, envelope: object, *, shared: bool = False) -> dict[str, Any]:
         """The item inside ``envelope``, a fresh object; ``DecryptionError`` otherwise.
@@ -274,21 +280,14 @@ class SessionCipher:
             if type(version) is int and version == FORMAT and type(kid) is str:
                 known = self._aeads.get(kid) or self._known_key(kid)
                 if type(text) is str:
-                    packed = self._packed(envelope, known, kid, text, shared=shared)
+                    if shared and (item := self.reopen(envelope)) is not None:
+                        return item
+                    packed = self._opened.get(kid, text) or self._unseal(known, kid, text)
+                    if shared:
+                        self._seen.put(envelope, (packed, packed_key(packed)))
+                        return cast("dict[str, Any]", self.reopen(envelope))
                     return cast("dict[str, Any]", marshal.loads(packed))
         raise self._malformed(envelope)
-
-    def _packed(
-        self, envelope: object, known: tuple[AESGCM, bytes], kid: str, text: str, *, shared: bool
-    ) -> bytes:
-        """The item's ``marshal`` bytes: a tail read opens the same envelopes turn after
-        turn, so each is authenticated once, then found by identity or by ciphertext."""
-        packed = self._seen.get(envelope) if shared else None
-        if packed is None:
-            packed = self._opened.get(kid, text) or self._unseal(known, kid, text)
-            if shared:
-                self._seen.put(envelope, packed)
-        return packed
 
     def _known_key(self, kid: str) -> tuple[AESGCM, bytes]:
         try:
@@ -353,7 +352,7 @@ class SessionCipher:
             ) from exc
         if not isinstance(item, dict):
             raise self.error(f"authenticated payload under key id {kid!r} is not an item", kid)
-        packed = marshal.dumps(item)
+        packed = marshal.dumps(item, 2)  # format 2: what content keys hash (content_keys)
         self._opened.put(kid, text, packed)
         return packed
 

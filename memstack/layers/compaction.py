@@ -75,6 +75,7 @@ class CompactionSession(SessionLayer):
     """Shows the model masked tool outputs and a summary instead of old history."""
 
     layer_name = "compaction"
+    alters_what_it_reads = False
     view_only = True
     transforms_items = True
 

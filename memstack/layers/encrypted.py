@@ -96,6 +96,7 @@ class EncryptedSession(SessionLayer):
     """Stores every item as an authenticated, encrypted envelope."""
 
     layer_name = "encrypted"
+    alters_what_it_reads = False
     transforms_items = True
     copies_what_it_reads = True  # envelopes in, fresh items out
 

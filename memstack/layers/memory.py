@@ -69,6 +69,7 @@ class MemorySession(SessionLayer):
     """Pins what is remembered about ``scope`` at the head of ``get_items()``."""
 
     layer_name = "memory"
+    alters_what_it_reads = False
     view_only = True
 
     def __init__(

@@ -61,6 +61,7 @@ class RedactSession(SessionLayer):
     """Rewrites secrets and personal data in every item before it is stored."""
 
     layer_name = "redact"
+    alters_what_it_reads = False
 
     def __init__(
         self,

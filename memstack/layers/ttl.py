@@ -104,6 +104,7 @@ class TTLSession(SessionLayer):
     """Hides, then deletes, items older than ``ttl`` and sessions idle for ``idle_ttl``."""
 
     layer_name = "ttl"
+    alters_what_it_reads = False
     transforms_items = True
 
     def __init__(

@@ -83,6 +83,7 @@ class SlidingWindowSession(SessionLayer):
     """Shows the model the newest part of the history that fits the budgets."""
 
     layer_name = "window"
+    alters_what_it_reads = False
     view_only = True
 
     def __init__(
