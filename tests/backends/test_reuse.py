@@ -150,3 +150,34 @@ async def test_what_a_stack_returns_is_never_what_it_shares(store: Store):
         assert "altered" not in str(again)
     assert await stacks[0].get_items() == items
     await session.clear_session()
+
+
+@pytest.mark.parametrize("store", ["memory", "sqlite-file"], indirect=True)
+async def test_memos_by_identity_hold_no_more_than_a_bounded_amount(store: Store):
+    """Rows too large to reuse, or a store that reads fresh values, leave nothing behind.
+
+    Identity memos keep their objects alive: one entry per value read, each read a new
+    object, must not add up to 4096 tool outputs.
+    """
+    import gc
+    import os
+    import tracemalloc
+
+    session = store.open(f"reuse-memory-{id(store)}")
+    await session.clear_session()
+    stack = EncryptedSession(TTLSession(session, ttl=3600), key=generate_key(), compress=False)
+    big = {"role": "user", "content": os.urandom(700_000).hex()}  # a 1.9 MB stored row
+    await stack.add_items([big])
+    tracemalloc.start()
+    try:
+        await stack.get_items()
+        gc.collect()
+        before = tracemalloc.get_traced_memory()[0]
+        for _ in range(30):
+            await stack.get_items()
+        gc.collect()
+        grown = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert grown < 10_000_000, f"{grown / 1e6:.0f} MB still held after 30 reads of one row"
+    await session.clear_session()
