@@ -120,7 +120,8 @@ class SessionLayer:
     view_only: ClassVar[bool] = False
     #: True when this layer builds new items from what it reads below and never alters
     #: or returns those objects (encryption opens envelopes): the layer below may then
-    #: hand it values it shares between reads (``memstack.backends.reuse``).
+    #: hand it values it shares between reads (``memstack.backends.reuse``). A promise of
+    #: the class that sets it, not inherited: a subclass may pass values through.
     copies_what_it_reads: ClassVar[bool] = False
 
     def __init__(self, inner: Session) -> None:
@@ -139,7 +140,7 @@ class SessionLayer:
         self.may_share = False
         if isinstance(inner, SessionLayer):
             inner.on_top = False
-            inner.may_share = self.copies_what_it_reads
+            inner.may_share = vars(type(self)).get("copies_what_it_reads", False) is True
         # Read once from the store: a stack has one session id, never passed twice.
         self.session_id: str = inner.session_id
 
