@@ -287,7 +287,7 @@ class SessionCipher:
         if packed is None:
             packed = self._opened.get(kid, text) or self._unseal(known, kid, text)
             if shared:
-                self._seen.put(envelope, packed)
+                self._seen.put(envelope, packed, len(text) + len(packed))
         return packed
 
     def _known_key(self, kid: str) -> tuple[AESGCM, bytes]:

@@ -67,6 +67,29 @@ def test_identity_never_answers_for_another_object_with_the_same_content():
     assert memo.get(a) is None
 
 
+def test_a_derived_value_is_kept_only_while_its_row_is_held():
+    reuse, calls = Reuse(), []
+
+    def derive(value: Any) -> int:
+        calls.append(value)
+        return len(calls)
+
+    held = reuse.value(1, '{"a": 1}')
+    assert reuse.derived(held, derive) == 1 and reuse.derived(held, derive) == 1
+    reuse.value(1, '{"a": 2}')  # the row rewritten: the old value is no longer held
+    assert reuse.derived(held, derive) == 2 and reuse.derived(held, derive) == 3
+    assert reuse.derived({"a": 1}, derive) == 4  # never held: never kept
+
+
+def test_identity_is_bounded_by_what_its_entries_weigh():
+    memo: Identity[int] = Identity(max_chars=800)
+    big, small = {"x": 1}, [{"y": n} for n in range(9)]
+    assert memo.put(big, 1, chars=101) == 1 and memo.get(big) is None  # over an eighth
+    for n, obj in enumerate(small):
+        memo.put(obj, n, chars=100)
+    assert memo.get(small[-1]) == 8 and memo.get(small[0]) is None  # emptied past 800
+
+
 async def test_read_values_reads_what_get_items_reads(store: Store):
     session = store.open(f"reuse-{id(store)}")
     await session.clear_session()

@@ -310,7 +310,6 @@ def test_the_answer_does_not_depend_on_how_much_was_read(
     assert small == whole
 
 
-
 def test_a_history_that_fits_the_low_watermark_needs_no_complete_read() -> None:
     """Past the anchor lookback the replay starts within it, read whole or not: a
     history that fits the low watermark must not show more to a reader that read it all."""
