@@ -125,7 +125,8 @@ class SessionLayer:
     view_only: ClassVar[bool] = False
     #: True when this layer builds new items from what it reads below and never alters
     #: or returns those objects (encryption opens envelopes): the layer below may then
-    #: hand it values it shares between reads (``memstack.backends.reuse``).
+    #: hand it values it shares between reads (``memstack.backends.reuse``). A promise of
+    #: the class that sets it, not inherited: a subclass may pass values through.
     copies_what_it_reads: ClassVar[bool] = False
     #: False when this layer never alters, in place, an item it reads from below (every
     #: memstack layer). A layer of your own keeps True unless it makes the same promise.
@@ -148,7 +149,7 @@ class SessionLayer:
         self._reads_unaltered: bool | None = None
         if isinstance(inner, SessionLayer):
             inner.on_top = False
-            inner.may_share = self.copies_what_it_reads
+            inner.may_share = vars(type(self)).get("copies_what_it_reads", False) is True
         # Read once from the store: a stack has one session id, never passed twice.
         self.session_id: str = inner.session_id
 

@@ -283,10 +283,12 @@ class SessionCipher:
                     if shared and (item := self.reopen(envelope)) is not None:
                         return item
                     packed = self._opened.get(kid, text) or self._unseal(known, kid, text)
-                    if shared:
-                        self._seen.put(envelope, (packed, packed_key(packed)))
-                        return cast("dict[str, Any]", self.reopen(envelope))
-                    return cast("dict[str, Any]", marshal.loads(packed))
+                    item = marshal.loads(packed)
+                    if shared:  # too large to keep: put() leaves it out, found by ciphertext
+                        key = packed_key(packed)
+                        self._seen.put(envelope, (packed, key), len(text) + len(packed))
+                        note_key(item, key)
+                    return cast("dict[str, Any]", item)
         raise self._malformed(envelope)
 
     def _known_key(self, kid: str) -> tuple[AESGCM, bytes]:

@@ -135,7 +135,7 @@ class EncryptedSession(SessionLayer):
             layer=name,
         )
         self._cipher.check_active_key()
-        self._shared_below = isinstance(inner, SessionLayer)
+        self._shared_below = isinstance(inner, SessionLayer) and inner.may_share
         self._legacy = (
             None
             if options.legacy_sdk_key is None

@@ -31,7 +31,7 @@ from agents.memory import Session
 
 from memstack.backends.adapters import capabilities_of
 from memstack.backends.capabilities import READ_ALL
-from memstack.backends.reuse import Identity, Reuse
+from memstack.backends.reuse import Reuse
 from memstack.errors import CapabilityError
 from memstack.history import is_output
 from memstack.layers.ttl_adoption import adopt_history, unstamped
@@ -59,7 +59,6 @@ class TailReader:
         # Values the store hands back unchanged, and their stamps: used only for a layer
         # above that never alters or passes on what it reads (``shared=True``).
         self.reuse = Reuse()
-        self._stamps: Identity[Stamp] = Identity()
 
     def read(self, value: object) -> Stamp:
         """One stored value's stamp; ``UnknownRecord`` naming the layer and session."""
@@ -71,9 +70,8 @@ class TailReader:
             ) from exc
 
     def read_shared(self, value: object) -> Stamp:
-        """``read`` for a value from ``reuse``: each stored row is parsed once."""
-        stamp = self._stamps.get(value)
-        return stamp if stamp is not None else self._stamps.put(value, self.read(value))
+        """``read`` for a value from ``reuse``: each row it holds is read once."""
+        return self.reuse.derived(value, self.read)
 
     def wrote(self, count: int) -> None:
         """``count`` records were appended: the next unbounded read starts that much larger."""

@@ -240,9 +240,15 @@ class Tail:
         """
         if self.n == 0:
             return 0
-        if self.complete and self.fits(0, self.n, low or budget):
+        if (
+            self.complete
+            and (low is None or self.n <= _MAX_ANCHOR_LOOKBACK)
+            and self.fits(0, self.n, low or budget)
+        ):
             # The whole history fits what a start would be chosen against (the low budget
-            # after a replay): every replay and every fit search ends at 0.
+            # after a replay): every fit search ends at 0, and so does every replay that
+            # may begin at 0 (past the anchor lookback it begins within it, as a reader
+            # of a partial tail does).
             self.reach = 0
             return 0
         if low is None:

@@ -67,6 +67,29 @@ def test_identity_never_answers_for_another_object_with_the_same_content():
     assert memo.get(a) is None
 
 
+def test_a_derived_value_is_kept_only_while_its_row_is_held():
+    reuse, calls = Reuse(), []
+
+    def derive(value: Any) -> int:
+        calls.append(value)
+        return len(calls)
+
+    held = reuse.value(1, '{"a": 1}')
+    assert reuse.derived(held, derive) == 1 and reuse.derived(held, derive) == 1
+    reuse.value(1, '{"a": 2}')  # the row rewritten: the old value is no longer held
+    assert reuse.derived(held, derive) == 2 and reuse.derived(held, derive) == 3
+    assert reuse.derived({"a": 1}, derive) == 4  # never held: never kept
+
+
+def test_identity_is_bounded_by_what_its_entries_weigh():
+    memo: Identity[int] = Identity(max_chars=800)
+    big, small = {"x": 1}, [{"y": n} for n in range(9)]
+    assert memo.put(big, 1, chars=101) == 1 and memo.get(big) is None  # over an eighth
+    for n, obj in enumerate(small):
+        memo.put(obj, n, chars=100)
+    assert memo.get(small[-1]) == 8 and memo.get(small[0]) is None  # emptied past 800
+
+
 async def test_read_values_reads_what_get_items_reads(store: Store):
     session = store.open(f"reuse-{id(store)}")
     await session.clear_session()
@@ -149,4 +172,35 @@ async def test_what_a_stack_returns_is_never_what_it_shares(store: Store):
         assert all(a is not b for a, b in zip(first, again, strict=True))
         assert "altered" not in str(again)
     assert await stacks[0].get_items() == items
+    await session.clear_session()
+
+
+@pytest.mark.parametrize("store", ["memory", "sqlite-file"], indirect=True)
+async def test_memos_by_identity_hold_no_more_than_a_bounded_amount(store: Store):
+    """Rows too large to reuse, or a store that reads fresh values, leave nothing behind.
+
+    Identity memos keep their objects alive: one entry per value read, each read a new
+    object, must not add up to 4096 tool outputs.
+    """
+    import gc
+    import os
+    import tracemalloc
+
+    session = store.open(f"reuse-memory-{id(store)}")
+    await session.clear_session()
+    stack = EncryptedSession(TTLSession(session, ttl=3600), key=generate_key(), compress=False)
+    big = {"role": "user", "content": os.urandom(700_000).hex()}  # a 1.9 MB stored row
+    await stack.add_items([big])
+    tracemalloc.start()
+    try:
+        await stack.get_items()
+        gc.collect()
+        before = tracemalloc.get_traced_memory()[0]
+        for _ in range(30):
+            await stack.get_items()
+        gc.collect()
+        grown = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert grown < 10_000_000, f"{grown / 1e6:.0f} MB still held after 30 reads of one row"
     await session.clear_session()

@@ -902,3 +902,25 @@ async def test_ttl_above_encryption_is_sealed_and_purges_with_the_key() -> None:
     assert await session.get_items() == sample_items(2, tag="new")
     with pytest.raises(DecryptionError):  # without the key nothing can be judged by content
         await TTLSession(encrypted(store, key=OTHER), ttl=100, clock=clock).purge_expired()
+
+
+async def test_a_subclass_that_passes_values_through_never_hands_out_shared_ones(
+    sqlite_store: Store,
+) -> None:
+    """``copies_what_it_reads`` is a promise of the class that makes it: a subclass whose
+    ``open`` returns what it read (its own clear format) gets values of its own below."""
+    from memstack import TTLSession
+
+    class ClearWhenPublic(EncryptedSession):
+        def open(self, stored: object) -> dict[str, Any]:
+            if isinstance(stored, dict) and stored.get("public") is True:
+                return stored  # written in clear on purpose
+            return super().open(stored)
+
+    stack = ClearWhenPublic(TTLSession(sqlite_store.open("subclass"), ttl=3600), key=KEY)
+    notice = {"role": "user", "content": "hello", "public": True}
+    await stack.inner.add_items([notice])
+    await stack.add_items(sample_items(2))
+    first = await stack.get_items()
+    first[0]["content"] = "altered"
+    assert await stack.get_items() == [notice, *sample_items(2)]

@@ -794,3 +794,36 @@ def test_purge_every_can_be_changed_on_a_live_layer() -> None:
     assert session.purge_schedule.every == 300.0
     with pytest.raises(ConfigurationError, match="purge_every must be seconds >= 0"):
         session.purge_every = -1
+
+
+@pytest.mark.xfail(
+    strict=True, reason="open: sharing is per layer (may_share), not per call; see review-reuse"
+)
+async def test_a_ttl_layer_below_encryption_hands_its_own_callers_fresh_items(
+    sqlite_store: Store,
+) -> None:
+    """A layer is a Session alone, wherever it sits: its caller may alter what it returns.
+
+    Below encryption the layer may share what it reads with the layer above; a direct
+    caller (``memstack inspect`` reads every layer, user code reaches one with
+    ``find``) must still get items of its own.
+    """
+    from memstack import EncryptedSession
+    from memstack.crypto import generate_key
+
+    key = generate_key()
+    stack = EncryptedSession(TTLSession(sqlite_store.open(sid()), ttl=HOUR), key=key)
+    ttl = stack.inner
+    await stack.add_items(sample_items(4))
+    assert await stack.get_items() == sample_items(4)
+    envelopes = await ttl.get_items()
+    expected = [dict(envelope) for envelope in envelopes]
+    for envelope in envelopes:
+        envelope["ct"] = "altered"
+    assert await ttl.get_items() == expected
+    tail = await ttl.storage_capabilities().read_tail(4)
+    for envelope in tail.items:
+        envelope.clear()
+    assert (await ttl.storage_capabilities().read_tail(4)).items == expected
+    # A second handle over the same layers opens what the store holds, not what was altered.
+    assert await EncryptedSession(ttl, key=key).get_items() == sample_items(4)

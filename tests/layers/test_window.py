@@ -333,6 +333,33 @@ def test_a_history_that_fits_starts_at_its_oldest_item_without_a_replay(low: flo
     assert tail(complete=False).plan(budget, lower) is None  # older items may fit too
 
 
+def test_a_history_that_fits_the_low_watermark_needs_no_complete_read() -> None:
+    """Past the anchor lookback the replay starts within it, read whole or not: a
+    history that fits the low watermark must not show more to a reader that read it all."""
+    lookback = 3  # items; 1 << 14 in production
+    items: list[Item] = [{"role": "user", "content": "u0"}]
+    for turn in range(1, 4):
+        items += [{"role": "assistant", "content": f"a{turn}-{i}"} for i in range(lookback + 2)]
+        items.append({"role": "user", "content": f"u{turn}"})
+    items.append({"role": "assistant", "content": "done"})
+    options = Options(max_turns=10, low_watermark=0.5, pinned_lookback=0)  # 4 turns fit 5
+
+    async def both() -> tuple[list[Item], list[Item]]:
+        store = InMemorySession("s")
+        await store.add_items(items)  # type: ignore[arg-type]
+        small, whole = options.layer(store), options.layer(store)
+        whole._read_hint = 10**6
+        small_reads = {"_MIN_READ": 1, "_READ_SLACK": 1}
+        with (
+            mock.patch.multiple(window_policy, _MAX_ANCHOR_LOOKBACK=lookback),
+            mock.patch.multiple(window_module, **small_reads),
+        ):
+            return await small.get_items(), await whole.get_items()  # type: ignore[return-value]
+
+    small, whole = run(both())
+    assert small == whole
+
+
 # -- real transcripts, replayed turn by turn -----------------------------------------------
 def conversations(name: str) -> list[dict[str, Any]]:
     return [json.loads(line) for line in shared_data(f"{name}.jsonl").read_text().splitlines()]
