@@ -123,11 +123,6 @@ class SessionLayer:
     #: True when ``get_items`` returns a view (a window, a summary) rather than the whole
     #: stored history; export, import and maintenance work below such layers.
     view_only: ClassVar[bool] = False
-    #: True when this layer builds new items from what it reads below and never alters
-    #: or returns those objects (encryption opens envelopes): the layer below may then
-    #: hand it values it shares between reads (``memstack.backends.reuse``). A promise of
-    #: the class that sets it, not inherited: a subclass may pass values through.
-    copies_what_it_reads: ClassVar[bool] = False
     #: False when this layer never alters, in place, an item it reads from below (every
     #: memstack layer). A layer of your own keeps True unless it makes the same promise.
     alters_what_it_reads: ClassVar[bool] = True
@@ -143,13 +138,9 @@ class SessionLayer:
         # The top of a stack is the one place that validates what comes in and repairs
         # what goes out, whatever the order of the layers below it.
         self.on_top = True
-        #: True when this layer may return values it shares between reads (only to a
-        #: wrapping layer that ``copies_what_it_reads``, which sets it).
-        self.may_share = False
         self._reads_unaltered: bool | None = None
         if isinstance(inner, SessionLayer):
             inner.on_top = False
-            inner.may_share = vars(type(self)).get("copies_what_it_reads", False) is True
         # Read once from the store: a stack has one session id, never passed twice.
         self.session_id: str = inner.session_id
 

@@ -47,6 +47,7 @@ __all__ = [
     "ViewCapabilities",
     "accepts_wrapper",
     "forward_wrapper",
+    "read_shared_tail",
 ]
 
 Item = dict[str, Any]
@@ -84,6 +85,24 @@ def forward_wrapper(session: object, wrapper: RunContextWrapper[Any] | None) -> 
     if wrapper is None or not _type_accepts_wrapper(type(session)):  # type: ignore[arg-type]
         return {}
     return {"wrapper": wrapper}
+
+
+@cache
+def _reads_shared(kind: type[StorageCapabilities]) -> bool:
+    try:
+        return "shared" in inspect.signature(kind.read_tail).parameters
+    except (AttributeError, TypeError, ValueError):
+        return False
+
+
+async def read_shared_tail(
+    caps: StorageCapabilities, n: int, *, wrapper: RunContextWrapper[Any] | None = None
+) -> Tail:
+    """``caps.read_tail(n, shared=True)``; an adapter of your own without ``shared``
+    (written before it existed) is asked plainly, and returns values of its own."""
+    if _reads_shared(type(caps)):
+        return await caps.read_tail(n, wrapper=wrapper, shared=True)
+    return await caps.read_tail(n, wrapper=wrapper)
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,11 +156,15 @@ class StorageCapabilities(ABC):
         makes time-ordered expiry cost only what it deletes.
         """
 
-    async def read_tail(self, n: int, *, wrapper: RunContextWrapper[Any] | None = None) -> Tail:
+    async def read_tail(
+        self, n: int, *, wrapper: RunContextWrapper[Any] | None = None, shared: bool = False
+    ) -> Tail:
         """The newest ``n`` items as the session shows them, with their write times.
 
         Only a retention layer knows write times; this default reads ``get_items`` and
-        knows none.
+        knows none. ``shared=True`` promises that the caller only reads the items and
+        hands none of them on (it builds new ones, as encryption does): an adapter may
+        then return objects it shares between reads (``memstack.backends.reuse``).
         """
         return Tail.undated(
             await self.session.get_items(limit=n, **forward_wrapper(self.session, wrapper))

@@ -36,7 +36,12 @@ from agents.memory import Session
 from pydantic import Field, PrivateAttr, model_validator
 
 from memstack.backends.adapters import capabilities_of
-from memstack.backends.capabilities import Item, StorageCapabilities, Tail
+from memstack.backends.capabilities import (
+    Item,
+    StorageCapabilities,
+    Tail,
+    read_shared_tail,
+)
 from memstack.base import SessionLayer, limit_arg
 from memstack.crypto.envelope import SessionCipher, is_envelope
 from memstack.crypto.keys import KeyProvider, Keyring
@@ -98,7 +103,6 @@ class EncryptedSession(SessionLayer):
     layer_name = "encrypted"
     alters_what_it_reads = False
     transforms_items = True
-    copies_what_it_reads = True  # envelopes in, fresh items out
 
     def __init__(
         self,
@@ -135,7 +139,13 @@ class EncryptedSession(SessionLayer):
             layer=name,
         )
         self._cipher.check_active_key()
-        self._shared_below = isinstance(inner, SessionLayer) and inner.may_share
+        # Every item is opened anew from its envelope, so the layer below may hand this one
+        # the envelopes it shares between reads (``read_tail(shared=True)``), which are
+        # then recognised by identity. Not for a subclass with an ``open`` of its own: it
+        # may pass a value through.
+        self.opens_shared = (
+            isinstance(inner, SessionLayer) and type(self).open is EncryptedSession.open
+        )
         self._legacy = (
             None
             if options.legacy_sdk_key is None
@@ -148,12 +158,10 @@ class EncryptedSession(SessionLayer):
 
     def open(self, stored: object) -> dict[str, Any]:
         """The item behind one stored value; ``DecryptionError`` if it cannot be trusted."""
-        # A memstack layer below may share its values between reads (this layer sets its
-        # may_share): an envelope opened before is then recognised by identity.
-        if self._shared_below and (seen := self._cipher.reopen(stored)) is not None:
+        if self.opens_shared and (seen := self._cipher.reopen(stored)) is not None:
             return seen
         if is_envelope(stored):
-            return self._cipher.open(stored, shared=self._shared_below)
+            return self._cipher.open(stored, shared=self.opens_shared)
         if is_sdk_envelope(stored):
             if self._legacy is None:
                 raise self._cipher.error(
@@ -193,6 +201,14 @@ class EncryptedSession(SessionLayer):
             opened = opened[-n:]
         return Tail([item for _, item in opened], [tail.written_at[i] for i, _ in opened])
 
+    async def tail_below(
+        self, caps: StorageCapabilities, n: int, wrapper: RunContextWrapper[Any] | None
+    ) -> Tail:
+        """The newest ``n`` values below (through ``caps``): shared ones if ``opens_shared``."""
+        if self.opens_shared:
+            return await read_shared_tail(caps, n, wrapper=wrapper)
+        return await caps.read_tail(n, wrapper=wrapper)
+
     def _readable(self, stored: Sequence[object]) -> list[tuple[int, dict[str, Any]]]:
         """Each readable stored value's index and item; the others are logged and left out."""
         opened = []
@@ -206,7 +222,11 @@ class EncryptedSession(SessionLayer):
     async def get_items(
         self, limit: int | None = None, *, wrapper: RunContextWrapper[Any] | None = None
     ) -> list[TResponseInputItem]:
+        caps = capabilities_of(self.inner) if self.opens_shared else None
+
         async def fetch(size: int | None) -> Tail:
+            if caps is not None and size is not None and size > 0:
+                return await self.tail_below(caps, size, wrapper)
             return Tail.undated(
                 await self.inner.get_items(**limit_arg(size), **self.forward(wrapper))
             )
@@ -225,7 +245,8 @@ class EncryptedSession(SessionLayer):
     ) -> TResponseInputItem | None:
         # Popping must not destroy what cannot be read: look at the newest item first, so
         # an unreadable one stays where it is, with its write time, and the pop fails.
-        for value in (await capabilities_of(self.inner).read_tail(1, wrapper=wrapper)).items:
+        newest = await self.tail_below(capabilities_of(self.inner), 1, wrapper)
+        for value in newest.items:
             self.open(value)
         stored = await self.inner.pop_item(**self.forward(wrapper))
         if stored is None:

@@ -43,6 +43,11 @@ class SealingLayer(Protocol):
 
     inner: Session
     session_id: str
+    opens_shared: bool
+
+    async def tail_below(
+        self, caps: StorageCapabilities, n: int, wrapper: RunContextWrapper[Any] | None
+    ) -> Tail: ...
 
     def seal(self, items: Sequence[object]) -> list[dict[str, Any]]: ...
 
@@ -75,12 +80,15 @@ class EncryptedCapabilities(PassingCapabilities):
             return False
         return await self.below.replace_oldest(n, sealed, expect=stored)
 
-    async def read_tail(self, n: int, *, wrapper: RunContextWrapper[Any] | None = None) -> Tail:
+    async def read_tail(
+        self, n: int, *, wrapper: RunContextWrapper[Any] | None = None, shared: bool = False
+    ) -> Tail:
         # One item per envelope: the write times from below stay aligned with the items.
-        below = self.below
+        # Every item is opened anew, so the envelopes below may be shared ones.
+        layer, below = self.session, self.below
 
         async def fetch(size: int | None) -> Tail:
-            return await below.read_tail(READ_ALL if size is None else size, wrapper=wrapper)
+            return await layer.tail_below(below, READ_ALL if size is None else size, wrapper)
 
         return await self.session.newest_readable(n, fetch)
 

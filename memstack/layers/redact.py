@@ -245,8 +245,11 @@ class RedactCapabilities(PassingCapabilities):
     async def delete_written_before(self, older_than: float, *, batch_size: int = 500) -> int:
         return await self.below.delete_written_before(older_than, batch_size=batch_size)
 
-    async def read_tail(self, n: int, *, wrapper: RunContextWrapper[Any] | None = None) -> Tail:
-        return await self.below.read_tail(n, wrapper=wrapper)  # stored as read: redacted
+    async def read_tail(
+        self, n: int, *, wrapper: RunContextWrapper[Any] | None = None, shared: bool = False
+    ) -> Tail:
+        # Stored as read (redacted), so the caller's promise covers what is below.
+        return await self.below.read_tail(n, wrapper=wrapper, shared=shared)
 
     async def add_derived(
         self,

@@ -140,9 +140,15 @@ class TTLSession(SessionLayer):
     def purge_every(self, value: Seconds | None) -> None:
         self.purge_schedule.every = _PurgeEvery.check(purge_every=value).purge_every
 
-    async def scan(self, want: int | None, forward: dict[str, Any]) -> Snapshot:
-        """Read the tail, growing it, until the newest ``want`` shown records are known."""
-        return await self.reader.scan(want, forward, now=self.clock(), shared=self.may_share)
+    async def scan(
+        self, want: int | None, forward: dict[str, Any], *, shared: bool = False
+    ) -> Snapshot:
+        """Read the tail, growing it, until the newest ``want`` shown records are known.
+
+        ``shared``: the caller treats the records read-only and hands none on, so rows
+        unchanged since an earlier read come back as the same objects (``read_values``).
+        """
+        return await self.reader.scan(want, forward, now=self.clock(), shared=shared)
 
     async def snapshot(self) -> Snapshot:
         """The whole stored history, for rewrites that must name what they replace."""

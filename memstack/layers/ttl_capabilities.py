@@ -46,7 +46,9 @@ class RetentionLayer(Protocol):
 
     def forward(self, wrapper: RunContextWrapper[Any] | None) -> dict[str, Any]: ...
 
-    async def scan(self, want: int | None, forward: dict[str, Any]) -> Snapshot: ...
+    async def scan(
+        self, want: int | None, forward: dict[str, Any], *, shared: bool = False
+    ) -> Snapshot: ...
 
     async def add_derived(
         self,
@@ -84,10 +86,13 @@ class TTLCapabilities(StorageCapabilities):
     async def count(self) -> int:
         return len((await self.session.scan(None, {})).visible)
 
-    async def read_tail(self, n: int, *, wrapper: RunContextWrapper[Any] | None = None) -> Tail:
+    async def read_tail(
+        self, n: int, *, wrapper: RunContextWrapper[Any] | None = None, shared: bool = False
+    ) -> Tail:
         if n <= 0:
             return Tail([], [])
-        live = (await self.session.scan(n, self.session.forward(wrapper))).view(n)
+        scan = await self.session.scan(n, self.session.forward(wrapper), shared=shared)
+        live = scan.view(n)
         return Tail([stamp.item for stamp in live], [known_time(stamp) for stamp in live])
 
     async def add_derived(

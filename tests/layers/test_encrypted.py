@@ -907,8 +907,8 @@ async def test_ttl_above_encryption_is_sealed_and_purges_with_the_key() -> None:
 async def test_a_subclass_that_passes_values_through_never_hands_out_shared_ones(
     sqlite_store: Store,
 ) -> None:
-    """``copies_what_it_reads`` is a promise of the class that makes it: a subclass whose
-    ``open`` returns what it read (its own clear format) gets values of its own below."""
+    """Sharing is for ``EncryptedSession.open``, which opens every item anew: a subclass
+    whose ``open`` returns what it read (its own clear format) gets values of its own."""
     from memstack import TTLSession
 
     class ClearWhenPublic(EncryptedSession):

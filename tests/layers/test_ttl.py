@@ -796,9 +796,6 @@ def test_purge_every_can_be_changed_on_a_live_layer() -> None:
         session.purge_every = -1
 
 
-@pytest.mark.xfail(
-    strict=True, reason="open: sharing is per layer (may_share), not per call; see review-reuse"
-)
 async def test_a_ttl_layer_below_encryption_hands_its_own_callers_fresh_items(
     sqlite_store: Store,
 ) -> None:
