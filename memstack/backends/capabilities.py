@@ -107,14 +107,19 @@ async def read_shared_tail(
 
 @dataclass(frozen=True, slots=True)
 class Tail:
-    """The newest items, oldest first, and when each was written (None where not known)."""
+    """The newest items, oldest first, and when each was written (None where not known).
+
+    ``shared``: the items are objects shared between reads (asked for with ``shared=True``),
+    to be read and never handed on.
+    """
 
     items: list[Item]
     written_at: list[float | None]
+    shared: bool = False
 
     @classmethod
-    def undated(cls, items: Sequence[Any]) -> Tail:
-        return cls(list(items), [None] * len(items))
+    def undated(cls, items: Sequence[Any], *, shared: bool = False) -> Tail:
+        return cls(list(items), [None] * len(items), shared)
 
 
 class StorageCapabilities(ABC):

@@ -34,6 +34,17 @@ class _SqliteBase(sql.PlanCapabilities):
     def write_age(self) -> str:
         return SQLITE_WRITE_AGE
 
+    async def read_values(
+        self, n: int, *, reuse: Reuse | None = None, wrapper: RunContextWrapper[Any] | None = None
+    ) -> list[Any]:
+        if reuse is None or n <= 0:
+            return await super().read_values(n, reuse=reuse, wrapper=wrapper)
+        return await self._read_raw(n, reuse)
+
+    async def _read_raw(self, n: int, reuse: Reuse) -> list[Any]:
+        """The newest ``n`` rows, read raw through the session's own connection."""
+        raise NotImplementedError
+
     def _newest(self) -> str:
         # The SDK's own tail query (newest first by id), with the id for ``Reuse``.
         session: Any = self.session
@@ -57,11 +68,7 @@ class SQLiteCapabilities(_SqliteBase):
 
     session: SQLiteSession
 
-    async def read_values(
-        self, n: int, *, reuse: Reuse | None = None, wrapper: RunContextWrapper[Any] | None = None
-    ) -> list[Any]:
-        if reuse is None or n <= 0:
-            return await super().read_values(n, reuse=reuse, wrapper=wrapper)
+    async def _read_raw(self, n: int, reuse: Reuse) -> list[Any]:
         store, statement = self.session, self._newest()
 
         def fetch_in_thread(window: int) -> list[Any]:
@@ -96,11 +103,7 @@ class AsyncSQLiteCapabilities(_SqliteBase):
 
     session: AsyncSQLiteSession
 
-    async def read_values(
-        self, n: int, *, reuse: Reuse | None = None, wrapper: RunContextWrapper[Any] | None = None
-    ) -> list[Any]:
-        if reuse is None or n <= 0:
-            return await super().read_values(n, reuse=reuse, wrapper=wrapper)
+    async def _read_raw(self, n: int, reuse: Reuse) -> list[Any]:
         store, statement = self.session, self._newest()
         with store_errors(store):
             async with store._locked_connection() as conn:

@@ -28,6 +28,7 @@ below still see, and what each option changes.
 from __future__ import annotations
 
 import copy
+import functools
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Annotated, Any, Literal, Self, cast
@@ -42,6 +43,7 @@ from memstack.backends.capabilities import (
     Tail,
     read_shared_tail,
 )
+from memstack.backends.reuse import Reuse
 from memstack.base import SessionLayer, limit_arg
 from memstack.crypto.envelope import SessionCipher, is_envelope
 from memstack.crypto.keys import KeyProvider, Keyring
@@ -139,13 +141,12 @@ class EncryptedSession(SessionLayer):
             layer=name,
         )
         self._cipher.check_active_key()
-        # Every item is opened anew from its envelope, so the layer below may hand this one
-        # the envelopes it shares between reads (``read_tail(shared=True)``), which are
-        # then recognised by identity. Not for a subclass with an ``open`` of its own: it
-        # may pass a value through.
-        self.opens_shared = (
-            isinstance(inner, SessionLayer) and type(self).open is EncryptedSession.open
-        )
+        # Every item is opened anew from its envelope, so what is below may hand this layer
+        # envelopes it shares between reads (a TTL layer's ``read_tail(shared=True)``, a
+        # store's ``read_values(reuse=…)``), which are then recognised by identity. Not for
+        # a subclass with an ``open`` of its own: it may pass a value through.
+        self.opens_shared = type(self).open is EncryptedSession.open
+        self._reuse = Reuse()  # the store's rows, when this layer sits on the store itself
         self._legacy = (
             None
             if options.legacy_sdk_key is None
@@ -158,10 +159,18 @@ class EncryptedSession(SessionLayer):
 
     def open(self, stored: object) -> dict[str, Any]:
         """The item behind one stored value; ``DecryptionError`` if it cannot be trusted."""
-        if self.opens_shared and (seen := self._cipher.reopen(stored)) is not None:
+        return self._open(stored, shared=False)
+
+    def opener(self, tail: Tail) -> Callable[[object], dict[str, Any]]:
+        """How to open ``tail``'s values: shared ones (``tail_below``) by identity when
+        opened before; each call returns a fresh item."""
+        return functools.partial(self._open, shared=True) if tail.shared else self.open
+
+    def _open(self, stored: object, *, shared: bool) -> dict[str, Any]:
+        if shared and (seen := self._cipher.reopen(stored)) is not None:
             return seen
         if is_envelope(stored):
-            return self._cipher.open(stored, shared=self.opens_shared)
+            return self._cipher.open(stored, shared=shared)
         if is_sdk_envelope(stored):
             if self._legacy is None:
                 raise self._cipher.error(
@@ -189,11 +198,11 @@ class EncryptedSession(SessionLayer):
         """
         if self.unreadable == "raise":  # the hot path: one pass, nothing to skip
             tail = await fetch(n)
-            return Tail([self.open(value) for value in tail.items], tail.written_at)
+            return Tail(list(map(self.opener(tail), tail.items)), tail.written_at)
         size = n
         while True:
             tail = await fetch(size)
-            opened = self._readable(tail.items)
+            opened = self._readable(tail.items, self.opener(tail))
             if size is None or size <= 0 or len(opened) >= size or len(tail.items) < size:
                 break
             size *= 2
@@ -205,16 +214,21 @@ class EncryptedSession(SessionLayer):
         self, caps: StorageCapabilities, n: int, wrapper: RunContextWrapper[Any] | None
     ) -> Tail:
         """The newest ``n`` values below (through ``caps``): shared ones if ``opens_shared``."""
-        if self.opens_shared:
+        if not self.opens_shared:
+            return await caps.read_tail(n, wrapper=wrapper)
+        if isinstance(self.inner, SessionLayer):
             return await read_shared_tail(caps, n, wrapper=wrapper)
-        return await caps.read_tail(n, wrapper=wrapper)
+        values = await caps.read_values(n, reuse=self._reuse, wrapper=wrapper)
+        return Tail.undated(values, shared=True)
 
-    def _readable(self, stored: Sequence[object]) -> list[tuple[int, dict[str, Any]]]:
+    def _readable(
+        self, stored: Sequence[object], open_one: Callable[[object], dict[str, Any]]
+    ) -> list[tuple[int, dict[str, Any]]]:
         """Each readable stored value's index and item; the others are logged and left out."""
         opened = []
         for index, value in enumerate(stored):
             try:
-                opened.append((index, self.open(value)))
+                opened.append((index, open_one(value)))
             except DecryptionError as exc:
                 logger.warning("skipping an unreadable item (unreadable='skip'): %s", exc)
         return opened
@@ -246,8 +260,9 @@ class EncryptedSession(SessionLayer):
         # Popping must not destroy what cannot be read: look at the newest item first, so
         # an unreadable one stays where it is, with its write time, and the pop fails.
         newest = await self.tail_below(capabilities_of(self.inner), 1, wrapper)
+        open_one = self.opener(newest)
         for value in newest.items:
-            self.open(value)
+            open_one(value)  # raises if it cannot be read
         stored = await self.inner.pop_item(**self.forward(wrapper))
         if stored is None:
             return None

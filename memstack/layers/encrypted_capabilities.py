@@ -43,7 +43,6 @@ class SealingLayer(Protocol):
 
     inner: Session
     session_id: str
-    opens_shared: bool
 
     async def tail_below(
         self, caps: StorageCapabilities, n: int, wrapper: RunContextWrapper[Any] | None

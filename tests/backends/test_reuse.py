@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import sqlite3
 from typing import Any
@@ -161,14 +162,16 @@ async def test_what_a_stack_returns_is_never_what_it_shares(store: Store):
     stacks = [
         EncryptedSession(TTLSession(session, ttl=3600), key=key, allow_plaintext=True),
         TTLSession(session, ttl=3600),  # on top: its records' items go to the caller
+        # On the store itself: rows are reused, records read as admitted plaintext.
+        EncryptedSession(session, key=key, allow_plaintext=True),
     ]
     await stacks[0].add_items(items[2:])
-    for stack in stacks:
-        first = await stack.get_items()
+    for stack, limit in itertools.product(stacks, (None, 4)):
+        first = await stack.get_items(limit)
         for item in first:
             item["content"] = "altered"
             item.pop("call_id", None)
-        again = await stack.get_items()
+        again = await stack.get_items(limit)
         assert all(a is not b for a, b in zip(first, again, strict=True))
         assert "altered" not in str(again)
     assert await stacks[0].get_items() == items
