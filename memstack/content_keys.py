@@ -28,7 +28,7 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any, Generic, TypeVar, cast
 
-__all__ = ["Memo", "content_key", "known_keys", "note_key", "packed_key"]
+__all__ = ["Memo", "content_key", "known_keys", "note_key", "noting", "packed_key"]
 
 V = TypeVar("V")
 Item = Mapping[str, Any]
@@ -71,6 +71,11 @@ def known_keys() -> Iterator[None]:
         yield
     finally:
         _known_keys.reset(token)
+
+
+def noting() -> bool:
+    """True inside ``known_keys()``: a key worth knowing may be noted."""
+    return _known_keys.get() is not None
 
 
 def note_key(item: object, key: bytes) -> None:

@@ -48,7 +48,7 @@ from types import MappingProxyType
 from typing import Any
 
 from memstack.compaction.salient import occurs, salient_tokens
-from memstack.content_keys import Memo, content_key
+from memstack.content_keys import Memo, content_key, note_key, noting
 from memstack.errors import ConfigurationError
 from memstack.history import is_user_message, item_type, pair_key, split_turns
 
@@ -108,6 +108,7 @@ class Mask:
     #: Characters of the output's salient tokens appended to its placeholder (0: none).
     keep_names: int = 0
     _placeholders: Memo[str] = field(init=False, repr=False, compare=False)
+    _masked_keys: Memo[bytes] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         turns = _nonnegative_int("keep_last_turns", self.keep_last_turns)
@@ -136,6 +137,7 @@ class Mask:
         object.__setattr__(self, "tools", _names("tools", self.tools))
         object.__setattr__(self, "exclude_tools", _names("exclude_tools", self.exclude_tools))
         object.__setattr__(self, "_placeholders", Memo(20_000))
+        object.__setattr__(self, "_masked_keys", Memo(20_000))
 
     def __repr__(self) -> str:
         # Only what differs from the defaults: stacks print this in their chain.
@@ -215,17 +217,22 @@ class Mask:
         size = len(text) if isinstance(text, str) else len(json.dumps(text, default=str))
         if size < self.min_chars:
             return None
-        # Every read masks the same old outputs again: memoise by what the text depends on
-        # (the call by its content key, which a read often knows without hashing).
+        # Every read masks the same old outputs again: memoise by what the text depends on,
+        # by content keys, which a read often knows without hashing (``known_keys``).
+        output_key = content_key(output)
         basis: dict[str, Any] = {"call": content_key(call), "size": size}
         if self.keep_names:
-            basis["output"] = text
+            basis["output"] = output_key
         placeholder = self._placeholders.get_or_compute(
             basis, lambda _: self.placeholder(call, output)
         )
         if len(placeholder) >= size:
             return None
-        return {**output, "output": placeholder}
+        masked = {**output, "output": placeholder}
+        if noting():  # its key follows from the output's and the placeholder's
+            basis = {"output": output_key, "placeholder": placeholder}
+            note_key(masked, self._masked_keys.get_or_compute(basis, lambda _: content_key(masked)))
+        return masked
 
     def placeholder(self, call: Item, output: Item | None = None) -> str:
         """The text that stands for ``output``, the output of ``call``."""

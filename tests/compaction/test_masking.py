@@ -187,3 +187,21 @@ def test_keep_names_puts_the_outputs_salient_tokens_in_the_placeholder() -> None
 def test_step_and_keep_names_are_checked(options: dict[str, Any], message: str) -> None:
     with pytest.raises(ConfigurationError, match=message):
         Mask(**options)
+
+
+@pytest.mark.parametrize("keep_names", [0, 40])
+def test_keys_noted_for_masked_outputs_are_their_content_keys(keep_names: int) -> None:
+    """During a read, a masked output's key comes from a memo: it must be its own."""
+    from memstack.content_keys import content_key, known_keys
+
+    mask = Mask(keep_names=keep_names)
+    for text in (BIG, BIG + "changed", BIG):  # the same placeholder over other outputs
+        # c9 repeats c1's call: the same placeholder stands for a different output item.
+        again = [call("c9", "read_file", path="a.py"), output("c9")]
+        items = [*history()[:4], *again, *history()[4:], user("later")]
+        items[3] = output("c1", text)
+        for _ in range(2):  # the second time from the memo
+            with known_keys():
+                masked = mask.apply(items)
+                noted = [content_key(item) for item in masked]
+            assert noted == [content_key(dict(item)) for item in masked]
