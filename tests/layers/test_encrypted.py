@@ -924,3 +924,24 @@ async def test_a_subclass_that_passes_values_through_never_hands_out_shared_ones
     first = await stack.get_items()
     first[0]["content"] = "altered"
     assert await stack.get_items() == [notice, *sample_items(2)]
+
+
+@pytest.mark.parametrize("ttl", [False, True], ids=["on the store", "over TTL"])
+async def test_a_value_the_store_changes_in_place_is_opened_again(ttl: bool) -> None:
+    """Only a ``Reuse`` vouches that an object seen before is unchanged: a store of your own
+    may hand back the very objects it holds, and change them in place."""
+    plain = PlainSession("s")
+    session = encrypted(TTLSession(plain, ttl=3600) if ttl else plain)
+    await session.add_items(sample_items(2))  # type: ignore[arg-type]
+    assert await session.get_items(2) == sample_items(2)
+    envelope = plain.items[-1]["item"] if ttl else plain.items[-1]
+    edited = {"role": "user", "content": "edited"}
+    envelope.update(encrypted(InMemorySession("s")).seal([edited])[0])
+    assert (await session.get_items(2))[-1] == edited
+    text = envelope["ct"]
+    envelope["ct"] = text[:10] + ("B" if text[10] == "A" else "A") + text[11:]
+    with pytest.raises(DecryptionError):
+        await session.get_items(2)
+    with pytest.raises(DecryptionError):
+        await session.pop_item()
+
