@@ -945,3 +945,21 @@ async def test_a_value_the_store_changes_in_place_is_opened_again(ttl: bool) -> 
     with pytest.raises(DecryptionError):
         await session.pop_item()
 
+
+@pytest.mark.parametrize("ttl", [False, True], ids=["on the store", "over TTL"])
+@pytest.mark.parametrize("limit", [None, 5], ids=["all", "limit"])
+async def test_a_store_failure_during_a_read_names_the_layer(ttl: bool, limit: int | None) -> None:
+    """The raw reads below encryption (``read_values``) fail as ``get_items`` would."""
+    from memstack.backends import open_backend
+
+    store = open_backend("postgresql://postgres@127.0.0.1:1/test", "s")  # nothing listens
+    session = encrypted(TTLSession(store, ttl=3600) if ttl else store)
+    try:
+        for read in (lambda: session.get_items(limit), session.pop_item):
+            with pytest.raises(BackendError) as caught:
+                await read()
+            assert caught.value.layer is not None, str(caught.value)
+            assert "SQLAlchemySession failed: ConnectionRefusedError" in str(caught.value)
+            assert caught.value.__cause__ is not None
+    finally:
+        await store.engine.dispose()
