@@ -125,6 +125,7 @@ class SessionLayer:
     view_only: ClassVar[bool] = False
     #: False when this layer never alters, in place, an item it reads from below (every
     #: memstack layer). A layer of your own keeps True unless it makes the same promise.
+    #: A promise of the class that sets it, not inherited: a subclass may alter items.
     alters_what_it_reads: ClassVar[bool] = True
 
     def __init__(self, inner: Session) -> None:
@@ -211,7 +212,8 @@ class SessionLayer:
         """True when no layer of this stack alters what it reads (see ``known_keys``)."""
         if self._reads_unaltered is None:
             self._reads_unaltered = all(
-                not (isinstance(layer, SessionLayer) and type(layer).alters_what_it_reads)
+                not isinstance(layer, SessionLayer)
+                or vars(type(layer)).get("alters_what_it_reads", True) is False
                 for layer in iter_chain(self)
             )
         return self._reads_unaltered
