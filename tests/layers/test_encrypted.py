@@ -963,3 +963,17 @@ async def test_a_store_failure_during_a_read_names_the_layer(ttl: bool, limit: i
             assert caught.value.__cause__ is not None
     finally:
         await store.engine.dispose()
+
+
+@pytest.mark.parametrize("ttl", [False, True], ids=["on the store", "over TTL"])
+async def test_rows_a_reuse_holds_are_read_as_shared(sqlite_store: Store, ttl: bool) -> None:
+    """What only a ``Reuse`` vouches for is still shared where it does (SQL stores)."""
+    store = sqlite_store.open("shared-rows")
+    session = encrypted(TTLSession(store, ttl=3600) if ttl else store)
+    await session.add_items(sample_items(3))  # type: ignore[arg-type]
+    caps = capabilities_of(session.inner)
+    first = await session.tail_below(caps, 3, None)
+    again = await session.tail_below(caps, 3, None)
+    assert first.shared and again.shared
+    assert all(a is b for a, b in zip(first.items, again.items, strict=True))
+    assert not (await capabilities_of(session).read_tail(3)).shared  # opened: the caller's
