@@ -97,11 +97,9 @@ def _translating(
 
 
 def _overrides_io(cls: type[SessionLayer]) -> bool:
-    """True when a layer class (or a base of it) defines its own reads or writes."""
-    return any(
-        "get_items" in vars(klass) or "add_items" in vars(klass)
-        for klass in cls.__mro__
-        if klass is not SessionLayer and issubclass(klass, SessionLayer)
+    """True when a layer class (or any base of it, a mixin too) has its own reads or writes."""
+    return (
+        cls.get_items is not SessionLayer.get_items or cls.add_items is not SessionLayer.add_items
     )
 
 
