@@ -97,11 +97,9 @@ def _translating(
 
 
 def _overrides_io(cls: type[SessionLayer]) -> bool:
-    """True when a layer class (or a base of it) defines its own reads or writes."""
-    return any(
-        "get_items" in vars(klass) or "add_items" in vars(klass)
-        for klass in cls.__mro__
-        if klass is not SessionLayer and issubclass(klass, SessionLayer)
+    """True when a layer class (or any base of it, a mixin too) has its own reads or writes."""
+    return (
+        cls.get_items is not SessionLayer.get_items or cls.add_items is not SessionLayer.add_items
     )
 
 
@@ -125,6 +123,7 @@ class SessionLayer:
     view_only: ClassVar[bool] = False
     #: False when this layer never alters, in place, an item it reads from below (every
     #: memstack layer). A layer of your own keeps True unless it makes the same promise.
+    #: A promise of the class that sets it, not inherited: a subclass may alter items.
     alters_what_it_reads: ClassVar[bool] = True
 
     def __init__(self, inner: Session) -> None:
@@ -211,7 +210,8 @@ class SessionLayer:
         """True when no layer of this stack alters what it reads (see ``known_keys``)."""
         if self._reads_unaltered is None:
             self._reads_unaltered = all(
-                not (isinstance(layer, SessionLayer) and type(layer).alters_what_it_reads)
+                not isinstance(layer, SessionLayer)
+                or vars(type(layer)).get("alters_what_it_reads", True) is False
                 for layer in iter_chain(self)
             )
         return self._reads_unaltered

@@ -134,3 +134,31 @@ async def test_adapters_read_what_is_stored_not_the_repaired_view() -> None:
     assert await caps.count() == 3
     assert await caps.delete_oldest(1) == 1  # deletes the orphan, not "a"
     assert store.rows and await store.get_items() == items[1:]
+
+
+class NewestTwo:
+    """A user's read policy written once, as a mixin, for layers of their own."""
+
+    async def get_items(self, limit=None, *, wrapper=None):  # type: ignore[no-untyped-def]
+        items = (await self.inner.get_items())[-2:]  # type: ignore[attr-defined]
+        return items if limit is None else items[-limit:] if limit > 0 else []
+
+
+class NewestTwoLayer(NewestTwo, SessionLayer):
+    pass
+
+
+@pytest.mark.parametrize("limit", [None, 5])
+async def test_reads_from_above_cross_a_layer_whose_reads_come_from_a_mixin(
+    limit: int | None,
+) -> None:
+    """A layer above that reads through capabilities (encryption, compaction) sees what
+    the layer's ``get_items`` shows, wherever in its class that method is defined."""
+    from memstack import EncryptedSession
+    from memstack.crypto import generate_key
+    from memstack.testing import sample_items
+
+    store = InMemorySession("s")
+    stack = EncryptedSession(NewestTwoLayer(store), key=generate_key())
+    await stack.add_items(sample_items(6))  # type: ignore[arg-type]
+    assert await stack.get_items(limit) == sample_items(6)[-2:]

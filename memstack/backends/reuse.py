@@ -57,6 +57,12 @@ class Reuse:
             self._put(row_id, text, value)
         return value
 
+    def holds(self, value: object) -> bool:
+        """True when ``value`` is one this holds for its row: read-only, and unchanged while
+        it is seen again (a value a store hands back otherwise may be the store's own)."""
+        slot = self._held.get(id(value))
+        return slot is not None and slot[0] is value
+
     def derived(self, value: object, derive: Callable[[Any], V]) -> V:
         """``derive(value)``, memoised while this holds ``value`` for its row."""
         slot = self._held.get(id(value))

@@ -36,6 +36,13 @@ def store_errors(
     """Re-raise store failures as ``BackendError`` naming the store (or ``doing``) and cause."""
     try:
         yield
+    except BackendError as exc:
+        if layer is not None and exc.layer is None and type(exc) is BackendError:
+            # Translated below by an adapter (a raw read, ``read_values``), which knew the
+            # store but not the layer whose call failed: name it as if caught here. In
+            # place, so what else the error carries (``unsaved_items``) stays with it.
+            BackendError.__init__(exc, exc.reason, layer=layer, session_id=exc.session_id)
+        raise
     except MemstackError:
         raise
     except store_exception_types() as exc:

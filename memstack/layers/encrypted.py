@@ -219,7 +219,9 @@ class EncryptedSession(SessionLayer):
         if isinstance(self.inner, SessionLayer):
             return await read_shared_tail(caps, n, wrapper=wrapper)
         values = await caps.read_values(n, reuse=self._reuse, wrapper=wrapper)
-        return Tail.undated(values, shared=True)
+        # Shared only if ``Reuse`` holds them all: an adapter that reads ``get_items``
+        # returns what the store returns, which may be objects it holds and changes.
+        return Tail.undated(values, shared=all(map(self._reuse.holds, values)))
 
     def _readable(
         self, stored: Sequence[object], open_one: Callable[[object], dict[str, Any]]

@@ -93,7 +93,9 @@ class TTLCapabilities(StorageCapabilities):
             return Tail([], [])
         scan = await self.session.scan(n, self.session.forward(wrapper), shared=shared)
         live = scan.view(n)
-        return Tail([stamp.item for stamp in live], [known_time(stamp) for stamp in live], shared)
+        return Tail(
+            [stamp.item for stamp in live], [known_time(stamp) for stamp in live], scan.shared
+        )
 
     async def add_derived(
         self,

@@ -52,6 +52,8 @@ class Snapshot:
     generation: int
     now: float
     complete: bool
+    #: The records from ``start`` on are objects shared between reads (read-only).
+    shared: bool = False
 
     def stamp(self, index: int) -> Stamp:
         return self.stamps[index - self.start]

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 from agents.memory import Session
@@ -90,6 +91,10 @@ class TailReader:
         while True:
             stored = await self._tail(size, forward, now, shared=shared)
             snapshot = self.expiry.resolve(stored, now, whole=len(stored) < size, read=read)
+            if shared and all(map(self.reuse.holds, stored[snapshot.start :])):
+                # Only values ``reuse`` holds are shared: a store's ``get_items`` (the
+                # adapter's fallback) may return objects the store holds and changes.
+                snapshot = replace(snapshot, shared=True)
             if snapshot.complete:
                 if want is None:
                     self.hint = max(_FIRST_READ, len(stored) - snapshot.start + 1 + _SLACK)

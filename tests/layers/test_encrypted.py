@@ -924,3 +924,56 @@ async def test_a_subclass_that_passes_values_through_never_hands_out_shared_ones
     first = await stack.get_items()
     first[0]["content"] = "altered"
     assert await stack.get_items() == [notice, *sample_items(2)]
+
+
+@pytest.mark.parametrize("ttl", [False, True], ids=["on the store", "over TTL"])
+async def test_a_value_the_store_changes_in_place_is_opened_again(ttl: bool) -> None:
+    """Only a ``Reuse`` vouches that an object seen before is unchanged: a store of your own
+    may hand back the very objects it holds, and change them in place."""
+    plain = PlainSession("s")
+    session = encrypted(TTLSession(plain, ttl=3600) if ttl else plain)
+    await session.add_items(sample_items(2))  # type: ignore[arg-type]
+    assert await session.get_items(2) == sample_items(2)
+    envelope = plain.items[-1]["item"] if ttl else plain.items[-1]
+    edited = {"role": "user", "content": "edited"}
+    envelope.update(encrypted(InMemorySession("s")).seal([edited])[0])
+    assert (await session.get_items(2))[-1] == edited
+    text = envelope["ct"]
+    envelope["ct"] = text[:10] + ("B" if text[10] == "A" else "A") + text[11:]
+    with pytest.raises(DecryptionError):
+        await session.get_items(2)
+    with pytest.raises(DecryptionError):
+        await session.pop_item()
+
+
+@pytest.mark.parametrize("ttl", [False, True], ids=["on the store", "over TTL"])
+@pytest.mark.parametrize("limit", [None, 5], ids=["all", "limit"])
+async def test_a_store_failure_during_a_read_names_the_layer(ttl: bool, limit: int | None) -> None:
+    """The raw reads below encryption (``read_values``) fail as ``get_items`` would."""
+    from memstack.backends import open_backend
+
+    store = open_backend("postgresql://postgres@127.0.0.1:1/test", "s")  # nothing listens
+    session = encrypted(TTLSession(store, ttl=3600) if ttl else store)
+    try:
+        for read in (lambda: session.get_items(limit), session.pop_item):
+            with pytest.raises(BackendError) as caught:
+                await read()
+            assert caught.value.layer is not None, str(caught.value)
+            assert "SQLAlchemySession failed: ConnectionRefusedError" in str(caught.value)
+            assert caught.value.__cause__ is not None
+    finally:
+        await store.engine.dispose()
+
+
+@pytest.mark.parametrize("ttl", [False, True], ids=["on the store", "over TTL"])
+async def test_rows_a_reuse_holds_are_read_as_shared(sqlite_store: Store, ttl: bool) -> None:
+    """What only a ``Reuse`` vouches for is still shared where it does (SQL stores)."""
+    store = sqlite_store.open("shared-rows")
+    session = encrypted(TTLSession(store, ttl=3600) if ttl else store)
+    await session.add_items(sample_items(3))  # type: ignore[arg-type]
+    caps = capabilities_of(session.inner)
+    first = await session.tail_below(caps, 3, None)
+    again = await session.tail_below(caps, 3, None)
+    assert first.shared and again.shared
+    assert all(a is b for a, b in zip(first.items, again.items, strict=True))
+    assert not (await capabilities_of(session).read_tail(3)).shared  # opened: the caller's
