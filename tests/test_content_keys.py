@@ -7,6 +7,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from memstack import (
     EncryptedSession,
     PassthroughSession,
@@ -117,8 +119,20 @@ class Louder(SessionLayer):
         return items
 
 
-async def test_a_window_counts_what_a_layer_below_it_altered(tmp_path: Path) -> None:
-    """Keys noted by encryption must not outlive an item's change by a user's layer."""
+class LouderPassthrough(PassthroughSession):
+    """A user's layer built on a memstack one, altering in place what it reads from below."""
+
+    async def get_items(self, limit: int | None = None, *, wrapper: Any = None) -> list[Any]:
+        return await Louder.get_items(self, limit, wrapper=wrapper)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("altering", [Louder, LouderPassthrough])
+async def test_a_window_counts_what_a_layer_below_it_altered(
+    tmp_path: Path, altering: type[SessionLayer]
+) -> None:
+    """Keys noted by encryption must not outlive an item's change by a user's layer,
+    nor by a subclass of a memstack layer: ``alters_what_it_reads = False`` is the promise
+    of the class that sets it, and a subclass may alter what it reads."""
     store, key = open_backend(f"sqlite:///{tmp_path / 'k.db'}", "s1"), generate_key()
     items = [{"role": "user", "content": f"short question {n}"} for n in range(40)]
 
@@ -129,39 +143,9 @@ async def test_a_window_counts_what_a_layer_below_it_altered(tmp_path: Path) -> 
     plain = window(lambda encrypted: encrypted)
     await plain.add_items(items)  # type: ignore[arg-type]
     assert len(await plain.get_items()) == 40  # short items: all fit, and are counted so
-    louder = window(Louder)
-    for _ in range(2):  # the second read reopens envelopes it has seen
-        view = await louder.get_items()
-        assert 0 < len(view) < 40
-        assert TokenCounter("gpt-4.1").count_items(view) <= 2000
-    store.close()
-
-
-class LouderPassthrough(PassthroughSession):
-    """A user's layer built on a memstack one, altering in place what it reads from below."""
-
-    async def get_items(self, limit: int | None = None, *, wrapper: Any = None) -> list[Any]:
-        return await Louder.get_items(self, limit, wrapper=wrapper)  # type: ignore[arg-type]
-
-
-async def test_a_subclass_of_a_memstack_layer_makes_no_promise_of_its_own(
-    tmp_path: Path,
-) -> None:
-    """``alters_what_it_reads = False`` is the promise of the class that sets it: a
-    subclass may alter what it reads, and the keys noted below must then not be used."""
-    store, key = open_backend(f"sqlite:///{tmp_path / 'k.db'}", "s1"), generate_key()
-    items = [{"role": "user", "content": f"short question {n}"} for n in range(40)]
-
-    def window(below: Any) -> SlidingWindowSession:
-        encrypted = EncryptedSession(TTLSession(store, ttl=3600), key=key)
-        return SlidingWindowSession(below(encrypted), max_tokens=2000, model="gpt-4.1")
-
-    plain = window(lambda encrypted: encrypted)
-    await plain.add_items(items)  # type: ignore[arg-type]
-    assert len(await plain.get_items()) == 40
-    louder = window(LouderPassthrough)
+    louder = window(altering)
     assert not louder.reads_unaltered()
-    for _ in range(2):
+    for _ in range(2):  # the second read reopens envelopes it has seen
         view = await louder.get_items()
         assert 0 < len(view) < 40
         assert TokenCounter("gpt-4.1").count_items(view) <= 2000

@@ -171,9 +171,7 @@ class StorageCapabilities(ABC):
         hands none of them on (it builds new ones, as encryption does): an adapter may
         then return objects it shares between reads (``memstack.backends.reuse``).
         """
-        return Tail.undated(
-            await self.session.get_items(limit=n, **forward_wrapper(self.session, wrapper))
-        )
+        return Tail.undated(await StorageCapabilities.read_values(self, n, wrapper=wrapper))
 
     async def read_values(
         self, n: int, *, reuse: Reuse | None = None, wrapper: RunContextWrapper[Any] | None = None

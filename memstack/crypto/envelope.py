@@ -273,15 +273,14 @@ class SessionCipher:
         """The item inside ``envelope``, a fresh object; ``DecryptionError`` otherwise.
 
         ``shared`` says ``envelope`` is a read-only object a store hands back while its row
-        is unchanged (``memstack.backends.reuse``): it is then recognised by identity.
+        is unchanged (``memstack.backends.reuse``): it is remembered, so that ``reopen``
+        recognises it by identity next time (callers try ``reopen`` first).
         """
         if type(envelope) is dict and len(envelope) == len(_FIELDS):
             version, kid, text = envelope.get(MARKER), envelope.get("kid"), envelope.get("ct")
             if type(version) is int and version == FORMAT and type(kid) is str:
                 known = self._aeads.get(kid) or self._known_key(kid)
                 if type(text) is str:
-                    if shared and (item := self.reopen(envelope)) is not None:
-                        return item
                     packed = self._opened.get(kid, text) or self._unseal(known, kid, text)
                     item = marshal.loads(packed)
                     if shared:  # too large to keep: put() leaves it out, found by ciphertext
