@@ -22,7 +22,7 @@ from typing import Any
 from agents.items import TResponseInputItem
 from agents.memory import Session
 
-__all__ = ["CONTRACT_CHECKS", "SessionFactory", "run_contract", "sample_items"]
+__all__ = ["CONTRACT_CHECKS", "SessionFactory", "run_contract", "sample_items", "tool_turn"]
 
 SessionFactory = Callable[[str], "Session | Awaitable[Session]"]
 Check = Callable[[SessionFactory], Awaitable[None]]
@@ -101,6 +101,36 @@ async def check_limit(factory: SessionFactory) -> None:
     assert await session.get_items(limit=3) == items[-3:]
     assert await session.get_items(limit=8) == items
     assert await session.get_items(limit=50) == items
+    await session.clear_session()
+
+
+def tool_turn(tag: str = "t") -> list[TResponseInputItem]:
+    """One user turn with a tool call: user, call, its output, the answer (a list item)."""
+    items: list[Any] = [
+        {"role": "user", "content": f"{tag}: what is the weather?"},
+        {"type": "function_call", "call_id": f"{tag}-call", "name": "weather", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": f"{tag}-call", "output": "sunny"},
+        {
+            "type": "message",
+            "role": "assistant",
+            "content": [{"type": "output_text", "text": "It is sunny.", "annotations": []}],
+        },
+    ]
+    return items
+
+
+async def check_limit_is_the_newest_items(factory: SessionFactory) -> None:
+    """``limit=n`` is the newest n items, as in the SDK's stores, even when the cut leaves a
+    tool output without its call (the Runner drops such an output from the model input)."""
+    session = await _open(factory)
+    history = tool_turn()
+    await session.add_items(history)
+    for n in range(len(history) + 2):
+        assert await session.get_items(limit=n) == (history[-n:] if n else []), f"limit={n}"
+    await session.clear_session()
+    await session.add_items(history[:3])  # a history that ends in a tool output
+    assert await session.get_items(limit=1) == history[2:3]
+    assert await session.get_items(limit=2) == history[1:3]
     await session.clear_session()
 
 
@@ -195,6 +225,7 @@ CONTRACT_CHECKS: list[Check] = [
     check_add_and_get_keeps_order,
     check_add_nothing,
     check_limit,
+    check_limit_is_the_newest_items,
     check_pop_item,
     check_clear_session,
     check_sessions_stay_apart,
