@@ -23,12 +23,19 @@ from collections.abc import Awaitable, Callable, Coroutine, Iterator
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar, cast
 
 from agents.memory import Session, SessionSettings, is_openai_responses_compaction_aware_session
+from agents.memory.session_settings import resolve_session_limit
 
 from memstack.backends.capabilities import forward_wrapper
 from memstack.backends.translate import store_errors
 from memstack.content_keys import known_keys
 from memstack.errors import ConfigurationError
-from memstack.history import reading_as_stored, stored_history, valid_view, validate_items
+from memstack.history import (
+    newest_valid,
+    reading_as_stored,
+    stored_history,
+    valid_view,
+    validate_items,
+)
 
 if TYPE_CHECKING:
     from agents.items import TResponseInputItem
@@ -84,16 +91,42 @@ def _translating(
             if name == "add_items" and self.on_top:
                 batch = args[0] if args else kwargs.get("items")
                 validate_items(batch, layer=type(self).__name__)
-            if name == "get_items" and self.on_top and self.reads_unaltered():
-                with known_keys():  # items built during this read may come with their keys
-                    result = await method(self, *args, **kwargs)
-            else:
-                result = await method(self, *args, **kwargs)
-        if name == "get_items" and self.on_top and not reading_as_stored():
-            return cast(T, valid_view(cast("list[dict[str, Any]]", result)))
-        return result
+            if name == "get_items" and self.on_top and not reading_as_stored():
+                if self.reads_unaltered():
+                    with known_keys():  # items built during this read may come with their keys
+                        return cast(T, await _valid_newest(self, method, *args, **kwargs))
+                return cast(T, await _valid_newest(self, method, *args, **kwargs))
+            return await method(self, *args, **kwargs)
 
     return call
+
+
+async def _valid_newest(
+    layer: SessionLayer,
+    method: Callable[..., Coroutine[Any, Any, Any]],
+    limit: int | None = None,
+    **kwargs: Any,
+) -> list[dict[str, Any]]:
+    """What the top of a stack returns: the layer's view, without what would make the API
+    reject it; with ``limit``, the newest ``limit`` items of that, as the SDK's stores do.
+
+    Only what a layer left out makes an item an orphan: a limit cut keeps the output whose
+    call lies before it, so the read goes back until that is known. It reads no further
+    than that: an unreadable item beyond the limit must not fail the read.
+    """
+    limit = resolve_session_limit(limit, layer.session_settings)
+    if limit is None:
+        return valid_view(await method(layer, None, **kwargs))
+    if limit <= 0:
+        await method(layer, 0, **kwargs)  # still the store's call: a broken store says so
+        return []
+    size = limit
+    while True:
+        items = await method(layer, size, **kwargs)
+        newest = newest_valid(items, limit, whole=len(items) < size)
+        if newest is not None:
+            return newest
+        size *= 2
 
 
 def _overrides_io(cls: type[SessionLayer]) -> bool:

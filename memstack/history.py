@@ -38,6 +38,7 @@ __all__ = [
     "history_problems",
     "is_pinned",
     "is_user_message",
+    "newest_valid",
     "pair_key",
     "split_turns",
     "split_units",
@@ -194,8 +195,12 @@ def split_turns(items: Sequence[Item]) -> list[Span]:
     return _spans(starts, len(items))
 
 
-def _problems(items: Sequence[Item]) -> list[tuple[int, str]]:
-    """``(index, reason)`` for each item the Responses API would reject in this position."""
+def _problems(items: Sequence[Item], *, whole: bool = True) -> list[tuple[int, str]]:
+    """``(index, reason)`` for each item the Responses API would reject in this position.
+
+    Not ``whole`` (the newest items of a longer history): an output whose call is not among
+    them may answer one before them, so it is reported with index ``-1 - index``, undecided.
+    """
     problems: list[tuple[int, str]] = []
     open_calls: dict[tuple[str, str], int] = {}
     seen_calls: set[tuple[str, str]] = set()
@@ -214,7 +219,8 @@ def _problems(items: Sequence[Item]) -> list[tuple[int, str]]:
                 seen_calls.add(key)
             else:
                 if key not in seen_calls:
-                    problems.append((index, f"item {index}: {kind} {key[1]!r} has no earlier call"))
+                    where = index if whole else -1 - index
+                    problems.append((where, f"item {index}: {kind} {key[1]!r} has no earlier call"))
                 open_calls.pop(key, None)
         elif kind == "reasoning":
             follower = items[index + 1] if index + 1 < len(items) else None
@@ -271,6 +277,29 @@ def valid_view(items: Sequence[T]) -> list[T]:
         logger.debug("view repaired, left out: %s", "; ".join(r for _, r in problems))
         view = [item for index, item in enumerate(view) if index not in doomed]
     return view
+
+
+def newest_valid(items: Sequence[T], n: int, *, whole: bool) -> list[T] | None:
+    """The newest ``n`` items of ``valid_view`` of a history whose newest items are ``items``.
+
+    ``whole``: ``items`` is the whole history. Otherwise an output whose call lies before
+    them is kept, as a limit cut leaves it (the SDK's meaning of ``limit``), and None means
+    "read further back": one of the newest ``n`` is an output whose call is not among
+    ``items``, or too few are left to tell.
+    """
+    view = list(items)
+    while True:
+        problems = _problems(view, whole=whole)
+        doomed = {index for index, _ in problems if index >= 0}
+        if not doomed:
+            break
+        view = [item for index, item in enumerate(view) if index not in doomed]
+    if n <= 0:
+        return []
+    undecided = max((-1 - index for index, _ in problems), default=-1)
+    if not whole and len(view) - n <= undecided:
+        return None
+    return view[-n:]
 
 
 def validate_items(items: object, *, layer: str | None = None) -> list[dict[str, Any]]:

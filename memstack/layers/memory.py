@@ -31,8 +31,9 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from agents.memory import Session
+from agents.memory.session_settings import resolve_session_limit
 
-from memstack.base import SessionLayer
+from memstack.base import SessionLayer, limit_arg
 from memstack.errors import ConfigurationError
 from memstack.history import is_user_message
 from memstack.memory.ranking import HEADER
@@ -134,7 +135,12 @@ class MemorySession(SessionLayer):
     async def get_items(
         self, limit: int | None = None, *, wrapper: RunContextWrapper[Any] | None = None
     ) -> list[TResponseInputItem]:
-        items = await self.inner.get_items(limit, **self.forward(wrapper))
+        """The block, then the history; with ``limit``, the newest ``limit`` items of that
+        (the block counts, as the SDK counts items: it shows once the history is shorter)."""
+        limit = resolve_session_limit(limit, self.session_settings)
+        items = await self.inner.get_items(**limit_arg(limit), **self.forward(wrapper))
+        if limit is not None and len(items) >= limit:
+            return items[-limit:] if limit > 0 else []
         turn_input = list(getattr(wrapper, "turn_input", None) or [])
         pinned = await self.memory_item(latest_user_text(turn_input, items))
         if pinned is None:

@@ -13,7 +13,7 @@ from agents.memory import SessionSettings
 
 from memstack import LayerSpec, build_stack
 from memstack.errors import BackendError, CapabilityError, ConfigurationError
-from memstack.history import history_problems, valid_view
+from memstack.history import history_problems
 from memstack.layers import PassthroughSession, TTLSession, purge_written_before
 from memstack.layers.ttl_record import MARKER
 from memstack.testing import CONTRACT_CHECKS, FakeClock, InMemorySession, sample_items
@@ -240,8 +240,8 @@ async def test_limit_counts_live_items(store: Store) -> None:
     assert await session.get_items(limit=10) == live
     session.session_settings = SessionSettings(limit=3)
     assert await session.get_items() == live[-3:]
-    # A limit that cuts a call from its output leaves the output out, as the SDK does.
-    assert await session.get_items(limit=2) == live[-1:]
+    # A limit that cuts a call from its output keeps the output, as the SDK's stores do.
+    assert await session.get_items(limit=2) == live[-2:]
 
 
 class CountingSession(PassthroughSession):
@@ -765,8 +765,9 @@ async def _keeps_every_promise(store: Store, seed: int) -> None:
         assert tail.items == view
         assert all(time is not None and time + HOUR > clock.now for time in tail.written_at)
         for n in (1, 2, 3, 5, len(view), len(view) + 1):
-            # A limit slices the view; what it cut from its call is left out, as the SDK does.
-            assert await session.get_items(limit=n) == valid_view(view[-n:])
+            # A limit slices the view, as the SDK's stores do: an output it cut from its
+            # call stays (the Runner drops it from the model input).
+            assert await session.get_items(limit=n) == view[-n:]
         if rng.random() < 0.3:
             purged += await session.purge_expired()
             assert await session.get_items() == view
