@@ -19,7 +19,7 @@ from memstack.crypto import generate_key
 from memstack.crypto.envelope import is_envelope
 from memstack.errors import CapabilityError, ConfigurationError, DecryptionError
 from memstack.layers import CompactionSession, EncryptedSession, SlidingWindowSession, TTLSession
-from memstack.layers.ttl_record import MARKER
+from memstack.layers.ttl.record import MARKER
 from memstack.testing import FakeClock
 
 from .conftest import SQL_BACKENDS, Store

@@ -10,7 +10,7 @@ from pathlib import Path
 from agents.memory import SQLiteSession
 
 from memstack.crypto.envelope import is_envelope
-from memstack.layers.ttl_record import MARKER
+from memstack.layers.ttl.record import MARKER
 
 from .test_cli import history, memstack, one_line_error, recipe
 

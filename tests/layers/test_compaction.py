@@ -443,7 +443,7 @@ def test_rewrite_mode_needs_an_atomic_store() -> None:
 # -- TTL: a summary does not outlive what it covers ------------------------------------------
 async def test_summary_expires_with_the_oldest_item_it_covers() -> None:
     from memstack.layers import TTLSession
-    from memstack.layers.ttl_record import read_record
+    from memstack.layers.ttl.record import read_record
 
     clock = FakeClock()
     store = InMemorySession("s")

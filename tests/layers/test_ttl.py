@@ -15,7 +15,7 @@ from memstack import LayerSpec, build_stack
 from memstack.errors import BackendError, CapabilityError, ConfigurationError
 from memstack.history import history_problems
 from memstack.layers import PassthroughSession, TTLSession, purge_written_before
-from memstack.layers.ttl_record import MARKER
+from memstack.layers.ttl.record import MARKER
 from memstack.testing import CONTRACT_CHECKS, FakeClock, InMemorySession, sample_items
 from memstack.testing.conversation import get_weather
 from memstack.testing.model import ScriptedModel, ToolCall
@@ -685,8 +685,8 @@ async def test_pop_item_skips_an_expired_summary_on_top() -> None:
 
 async def test_purge_never_takes_a_later_record_when_its_marker_vanished() -> None:
     """A purge told to delete through a record another purger already deleted."""
-    from memstack.layers.ttl_policy import doomed as _doomed
-    from memstack.layers.ttl_record import write_record
+    from memstack.layers.ttl.policy import doomed as _doomed
+    from memstack.layers.ttl.record import write_record
 
     dead = write_record(user("dead"), written=100.0)
     same_batch = write_record(user("written with it"), written=100.0, anchor=100.0)
@@ -709,7 +709,7 @@ async def test_purge_never_takes_a_later_record_when_its_marker_vanished() -> No
     ],
 )
 def test_damaged_records_are_refused_not_guessed(record: dict[str, Any]) -> None:
-    from memstack.layers.ttl_record import UnknownRecord, read_record
+    from memstack.layers.ttl.record import UnknownRecord, read_record
 
     with pytest.raises(UnknownRecord, match="damaged"):
         read_record(record)

@@ -36,8 +36,8 @@ from memstack.history import (
     split_turns,
     split_units,
 )
-from memstack.layers import window as window_module
-from memstack.layers import window_policy
+from memstack.layers.window import session as window_module
+from memstack.layers.window import policy as window_policy
 from memstack.testing import CONTRACT_CHECKS, InMemorySession, ScriptedModel, ToolCall, sample_items
 from memstack.testing.conversation import get_weather
 

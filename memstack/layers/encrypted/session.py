@@ -21,7 +21,7 @@ and nothing of its content. Anything that cannot be authenticated raises
 This file only wires the parts: options (``EncryptedOptions``), the cipher
 (``memstack.crypto.envelope``), the SDK's envelopes (``memstack.crypto.legacy``),
 rotation, migration and adoption (``memstack.crypto.reseal``) and the capability adapter
-(``encrypted_capabilities``). The README's encryption section lists what the layers
+(``capabilities``). The README's encryption section lists what the layers
 below still see, and what each option changes.
 """
 
@@ -50,7 +50,7 @@ from memstack.crypto.keys import KeyProvider, Keyring
 from memstack.crypto.legacy import SDK_KID, SdkEnvelopeReader, is_sdk_envelope
 from memstack.crypto.reseal import read_stored, reseal
 from memstack.errors import ConfigurationError, DecryptionError
-from memstack.layers.encrypted_capabilities import EncryptedCapabilities
+from memstack.layers.encrypted.capabilities import EncryptedCapabilities
 from memstack.options import Flag, Options, Size
 
 if TYPE_CHECKING:

@@ -1,9 +1,9 @@
 """Reading TTL records back: the newest tail of the store, grown until the view is decided.
 
     >>> import asyncio
-    >>> from memstack.layers.ttl_policy import Expiry
-    >>> from memstack.layers.ttl_reader import TailReader
-    >>> from memstack.layers.ttl_record import write_record
+    >>> from memstack.layers.ttl.policy import Expiry
+    >>> from memstack.layers.ttl.reader import TailReader
+    >>> from memstack.layers.ttl.record import write_record
     >>> from memstack.testing import InMemorySession
     >>> store = InMemorySession("s1")
     >>> hi = {"role": "user", "content": "hi"}
@@ -17,8 +17,8 @@
 Why a reader: a view of the newest live items must not read the whole history, yet how
 many stored records are dead is known only by reading them. Reads start from what the
 last one needed and grow by a factor, so their total stays within 4/3 of the last one.
-Unstamped items met on the way are dated first (``ttl_adoption``). The decisions are
-``ttl_policy``'s; this module only reads.
+Unstamped items met on the way are dated first (``adoption``). The decisions are
+``policy``'s; this module only reads.
 """
 
 from __future__ import annotations
@@ -35,9 +35,9 @@ from memstack.backends.capabilities import READ_ALL
 from memstack.backends.reuse import Reuse
 from memstack.errors import CapabilityError
 from memstack.history import is_output
-from memstack.layers.ttl_adoption import adopt_history, unstamped
-from memstack.layers.ttl_policy import Expiry, Snapshot, shows_open_unit
-from memstack.layers.ttl_record import Stamp, UnknownRecord, read_record
+from memstack.layers.ttl.adoption import adopt_history, unstamped
+from memstack.layers.ttl.policy import Expiry, Snapshot, shows_open_unit
+from memstack.layers.ttl.record import Stamp, UnknownRecord, read_record
 
 __all__ = ["TailReader"]
 

@@ -1,7 +1,7 @@
 """Deleting what TTL hides: through the store's capability adapter, in bounded batches.
 
     >>> import asyncio
-    >>> from memstack.layers.ttl_purge import PurgeSchedule, delete_records
+    >>> from memstack.layers.ttl.purge import PurgeSchedule, delete_records
     >>> from memstack.testing import InMemorySession
     >>> store = InMemorySession("s1")
     >>> asyncio.run(store.add_items([{"n": 1}, {"n": 2}, {"n": 3}]))
@@ -11,7 +11,7 @@
     >>> schedule.due(now=0.0), schedule.due(now=30.0), schedule.due(now=60.0)
     (True, False, True)
 
-``TTLSession`` decides what is dead (``ttl_policy``); the store deletes it, oldest first,
+``TTLSession`` decides what is dead (``policy``); the store deletes it, oldest first,
 one transaction per batch, through its adapter, so the same code serves every backend and
 a store that cannot delete says so once (``CapabilityError``) instead of failing each
 write. ``purge_written_before`` is the key-free job for TTL above encryption.
@@ -29,7 +29,7 @@ from agents.memory import Session
 from memstack.backends.adapters import capabilities_of
 from memstack.backends.capabilities import Predicate
 from memstack.errors import BackendError, CapabilityError
-from memstack.layers.ttl_policy import at_most
+from memstack.layers.ttl.policy import at_most
 from memstack.options import BatchSize, Duration, Options
 
 __all__ = ["PurgeSchedule", "delete_records", "purge_head", "purge_written_before"]

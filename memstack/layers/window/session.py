@@ -12,7 +12,7 @@
 
 Why a layer and not ``get_items(limit=n)``: a count of items cuts tool calls from their
 outputs and ignores tokens. This layer reads the newest items with
-``inner.get_items(limit=k)``, doubling ``k`` until ``window_policy.Tail`` can prove where
+``inner.get_items(limit=k)``, doubling ``k`` until ``policy.Tail`` can prove where
 the view starts, so a 100,000-item history costs what a short one does; where it starts,
 and the caveats of hysteresis and pinned items, are in README ("Sliding window").
 """
@@ -29,7 +29,7 @@ from memstack.backends.adapters import capabilities_of
 from memstack.base import SessionLayer
 from memstack.errors import CapabilityError
 from memstack.history import is_pinned, stored_items
-from memstack.layers.window_policy import Align, Budget, Tail
+from memstack.layers.window.policy import Align, Budget, Tail
 from memstack.options import (
     Counter,
     Flag,

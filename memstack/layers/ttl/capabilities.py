@@ -30,8 +30,8 @@ from memstack.backends.capabilities import (
     check_replacement,
 )
 from memstack.errors import CapabilityError
-from memstack.layers.ttl_policy import Snapshot, known_time
-from memstack.layers.ttl_record import Stamp, UnknownRecord, read_record, write_record
+from memstack.layers.ttl.policy import Snapshot, known_time
+from memstack.layers.ttl.record import Stamp, UnknownRecord, read_record, write_record
 
 if TYPE_CHECKING:
     from agents.memory import Session

@@ -12,7 +12,7 @@
     >>> asyncio.run(session.purge_expired()), store.rows
     (1, [])
 
-Every item is stored in a record stamped with its write time (``ttl_record``). An atomic
+Every item is stored in a record stamped with its write time (``record``). An atomic
 unit (a tool call and its output, reasoning and what follows it) expires when its oldest
 item does, and an expired record hides everything stored before it, so expiry removes
 the start of a history, whole units at a time, and never punches holes. Reads and
@@ -22,7 +22,7 @@ store's capability adapter.
 
 An item stored without a stamp (history written before the layer, or around it) is not
 expired but dated on first sight, by the store's own write time where it keeps one
-(``adopt``, ``ttl_adoption``).
+(``adopt``, ``adoption``).
 
 Derived items (a summary, written with ``add_derived(items, derived_from=t)``, which
 layers above reach through the capability adapter) expire with their oldest source and
@@ -33,8 +33,8 @@ retention job purges with ``TTLSession(store, ttl=…).purge_expired()`` and no 
 encryption the records are sealed; a job without the key can only use the store's own
 write times: ``purge_written_before(store, older_than=…)``.
 
-This file only wires: ``ttl_policy`` decides (pure), ``ttl_reader`` reads the tail,
-``ttl_purge`` deletes, ``ttl_adoption`` dates, ``ttl_capabilities`` serves layers above.
+This file only wires: ``policy`` decides (pure), ``reader`` reads the tail,
+``purge`` deletes, ``adoption`` dates, ``capabilities`` serves layers above.
 """
 
 from __future__ import annotations
@@ -50,16 +50,16 @@ from pydantic import BeforeValidator, Field, model_validator
 
 from memstack.backends.capabilities import Predicate, StorageCapabilities
 from memstack.base import SessionLayer
-from memstack.layers.ttl_adoption import adopt_history
-from memstack.layers.ttl_policy import Expiry, Snapshot, new_records
-from memstack.layers.ttl_purge import (
+from memstack.layers.ttl.adoption import adopt_history
+from memstack.layers.ttl.policy import Expiry, Snapshot, new_records
+from memstack.layers.ttl.purge import (
     PurgeSchedule,
     delete_records,
     purge_head,
     purge_written_before,
 )
-from memstack.layers.ttl_reader import TailReader
-from memstack.layers.ttl_record import UnknownRecord
+from memstack.layers.ttl.reader import TailReader
+from memstack.layers.ttl.record import UnknownRecord
 from memstack.options import (
     BatchSize,
     MaybeDuration,
@@ -159,7 +159,7 @@ class TTLSession(SessionLayer):
 
         Runs by itself the first time a read or write meets such an item. An item is
         dated by the store's own write time where the store keeps one (SQL stores), else
-        by now, its first sight (``ttl_adoption``). A store without atomic rewrites is
+        by now, its first sight (``adoption``). A store without atomic rewrites is
         refused unless ``allow_non_atomic=True`` (clear and refill).
         """
         return await adopt_history(
@@ -274,7 +274,7 @@ class TTLSession(SessionLayer):
         return self.expiry.expired_after(self.reader.read(newest[-1]), self.clock())
 
     def storage_capabilities(self) -> StorageCapabilities:
-        from memstack.layers.ttl_capabilities import TTLCapabilities
+        from memstack.layers.ttl.capabilities import TTLCapabilities
 
         return TTLCapabilities(self)
 

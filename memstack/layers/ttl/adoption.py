@@ -1,6 +1,6 @@
 """Dating items a TTL layer finds unstamped: history written before it, or around it.
 
-    >>> from memstack.layers.ttl_adoption import adopted_records, unstamped
+    >>> from memstack.layers.ttl.adoption import adopted_records, unstamped
     >>> old = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]
     >>> records, count = adopted_records(old, ages=[120.0, 60.0], now=1000.0)
     >>> count, [record["t"] for record in records]
@@ -28,7 +28,7 @@ from memstack.backends.adapters import capabilities_of
 from memstack.backends.capabilities import READ_ALL, GenericCapabilities
 from memstack.errors import CapabilityError, ConfigurationError
 from memstack.history import split_units
-from memstack.layers.ttl_record import MARKER, read_record, write_record
+from memstack.layers.ttl.record import MARKER, read_record, write_record
 from memstack.options import Count, Options
 
 __all__ = ["adopt_history", "adopted_records", "through_last_unstamped", "unstamped"]

@@ -1,7 +1,7 @@
 """Reading compaction history back: the newest tail of the store, grown until it resolves.
 
     >>> import asyncio
-    >>> from memstack.layers.compaction_reader import TailReader
+    >>> from memstack.layers.compaction.reader import TailReader
     >>> from memstack.testing import InMemorySession, sample_items
     >>> store = InMemorySession("s1")
     >>> asyncio.run(store.add_items(sample_items(4)))

@@ -1,7 +1,7 @@
 """TTL's policy, pure: what is live, what a view shows, what a purge may delete.
 
-    >>> from memstack.layers.ttl_policy import Expiry
-    >>> from memstack.layers.ttl_record import read_record, write_record
+    >>> from memstack.layers.ttl.policy import Expiry
+    >>> from memstack.layers.ttl.record import read_record, write_record
     >>> expiry = Expiry(ttl=60.0, idle_ttl=None)
     >>> stored = [write_record({"role": "user", "content": "hi"}, written=0.0)]
     >>> expiry.resolve(stored, 30.0, whole=True, read=read_record).visible
@@ -10,7 +10,7 @@
     []
 
 No I/O and no clock: ``TTLSession`` reads the store and asks these functions; its
-capability adapter (``ttl_capabilities``) asks the same ones, so the two never disagree.
+capability adapter (``capabilities``) asks the same ones, so the two never disagree.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from typing import Any
 
 from memstack.backends.capabilities import Predicate
 from memstack.history import cut_points, is_output, pair_key, split_units
-from memstack.layers.ttl_record import Stamp, UnknownRecord, read_record, write_record
+from memstack.layers.ttl.record import Stamp, UnknownRecord, read_record, write_record
 
 __all__ = [
     "Expiry",

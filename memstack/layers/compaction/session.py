@@ -22,7 +22,7 @@ not what is kept. ``Mask`` rewrites the view on each read; ``Summarize`` (any mo
 ``ResponsesCompact`` (OpenAI's ``responses.compact``) writes one record standing for older
 units when the ``trigger`` fires after ``add_items``, or on ``compact()``. The policy is
 pure, in ``memstack.compaction``: options in ``config``, the stored format in ``records``,
-what a read shows in ``view``, where to cut in ``plan``. ``compaction_reader`` reads the
+what a read shows in ``view``, where to cut in ``plan``. ``reader`` reads the
 tail; this file asks them, calls the strategy and writes. What users can rely on (modes,
 crashes, pop and expiry, ``on_error``) is in README ("Compaction").
 """
@@ -55,7 +55,7 @@ from memstack.errors import (
     ItemValidationError,
     SummarizerError,
 )
-from memstack.layers.compaction_reader import TailReader
+from memstack.layers.compaction.reader import TailReader
 from memstack.tokens import ItemCounter, TokenCounter
 
 if TYPE_CHECKING:

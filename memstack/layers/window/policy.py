@@ -1,6 +1,6 @@
 """Where a window over the newest stored items starts: the window's pure policy.
 
-    >>> from memstack.layers.window_policy import Budget, Tail
+    >>> from memstack.layers.window.policy import Budget, Tail
     >>> from memstack.testing import sample_items
     >>> items = sample_items(12)
     >>> tail = Tail(items, complete=True, align="turn", pinned_lookback=100, counter=None)

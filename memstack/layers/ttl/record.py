@@ -1,6 +1,6 @@
 """How TTLSession stores an item: a small versioned record around it.
 
-    >>> from memstack.layers.ttl_record import read_record, write_record
+    >>> from memstack.layers.ttl.record import read_record, write_record
     >>> record = write_record({"role": "user", "content": "hi"}, written=1700000000.0)
     >>> record
     {'__memstack_ttl__': 1, 't': 1700000000.0, 'item': {'role': 'user', 'content': 'hi'}}
@@ -14,7 +14,7 @@ or when the oldest item it derives from was written. ``d: 1`` marks derived item
 summary): their expiry hides nothing but themselves. ``g``, present only when not 0, is
 the session's generation: a write into an idle-expired session starts the next one, and
 older generations are dead. A value without the marker was written before the layer, or
-around it: ``TTLSession`` dates it on first sight (``ttl_adoption``).
+around it: ``TTLSession`` dates it on first sight (``adoption``).
 """
 
 from __future__ import annotations

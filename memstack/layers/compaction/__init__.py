@@ -1,0 +1,5 @@
+"""Compaction: ``CompactionSession`` (``session``); its pure policy is ``memstack.compaction``."""
+
+from memstack.layers.compaction.session import CompactionSession
+
+__all__ = ["CompactionSession"]
