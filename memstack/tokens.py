@@ -26,12 +26,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from tiktoken.model import encoding_name_for_model
 
-from memstack.content_keys import Memo
+import memstack.cache as cache
+from memstack.content_keys import content_key, key_of
 from memstack.errors import ConfigurationError
 from memstack.history import PINNED_MARKER
 from memstack.vocab import OFFLINE_ENCODINGS, load_encoding
@@ -43,12 +44,12 @@ __all__ = [
     "DEFAULT_ENCODING",
     "ItemCounter",
     "TokenCounter",
+    "counts",
     "encoding_for_model",
     "item_digest",
 ]
 
 DEFAULT_ENCODING = "o200k_base"
-_DIGESTS: Memo[bytes] = Memo(20_000)
 
 _LAYER = "TokenCounter"
 # Keys whose values the model does not read as text.
@@ -94,9 +95,14 @@ def encoding_for_model(model: str) -> str:
     return encoding
 
 
-def item_digest(item: Mapping[str, Any]) -> bytes:
-    """A stable 16-byte digest of an item's content (same in every process), memoised."""
-    return _DIGESTS.get_or_compute(item, _canonical_digest)
+def item_digest(item: Mapping[str, Any], key: bytes | None = None) -> bytes:
+    """A stable 16-byte digest of an item's content (same in every process).
+
+    Kept in the process cache under the item's content key (``key``, where a read knows it).
+    """
+    return cache.get_or_put(
+        ("digest", key_of(item, key)), lambda: _canonical_digest(item), weight=16
+    )
 
 
 def _canonical_digest(item: Mapping[str, Any]) -> bytes:
@@ -104,16 +110,20 @@ def _canonical_digest(item: Mapping[str, Any]) -> bytes:
     return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
 
 
-_COUNTS: dict[tuple[object, ...], Memo[int]] = {}
+def counts(
+    counter: ItemCounter, items: Sequence[Mapping[str, Any]], keys: Sequence[bytes | None]
+) -> Callable[[int], int]:
+    """``index -> tokens of items[index]``, looked up by the content keys a read knows.
 
-
-def _shared_counts(kind: type, encoding: str, overhead: int, media: int, size: int) -> Memo[int]:
-    """One memo per way of counting (class and settings), for the whole process.
-
-    A count depends only on the item and these, so counters alike share it: a stack's
-    compaction and window count an item once, and so does a stack built per request.
+    A ``TokenCounter``'s counts live in the process cache (``memstack.cache``), keyed by
+    its way of counting and the item's key, so a stack built per request, and a window
+    and a compaction of one stack, count an item once. Another counter (a subclass too:
+    it may count otherwise) is asked each time.
     """
-    return _COUNTS.setdefault((kind, encoding, overhead, media, size), Memo(size))
+    if type(counter) is not TokenCounter:
+        return lambda index: counter.count_item(items[index])
+    tokens = counter.count_keyed
+    return lambda index: tokens(items[index], keys[index])
 
 
 class TokenCounter:
@@ -150,8 +160,13 @@ class TokenCounter:
         self.media_tokens = media_tokens
         self.cache_size = cache_size
         self._encoding: tiktoken.Encoding | None = None
-        self._counts = _shared_counts(
-            type(self), self.encoding_name, item_overhead, media_tokens, cache_size
+        # A count depends on the item and these alone: counters alike share cached counts.
+        self.way = (
+            "tokens",
+            type(self).__qualname__,
+            self.encoding_name,
+            item_overhead,
+            media_tokens,
         )
 
     @property
@@ -167,7 +182,19 @@ class TokenCounter:
 
     def count_item(self, item: Mapping[str, Any]) -> int:
         """Estimated context cost of one input item; cached by content."""
-        return self._counts.get_or_compute(item, self._count_uncached)
+        return self.count_keyed(item, None)
+
+    def count_keyed(self, item: Mapping[str, Any], key: bytes | None) -> int:
+        """``count_item``, looked up under ``key`` (the item's content key) when given."""
+        if not self.cache_size:
+            return self._count_uncached(item)
+        slot = (*self.way, key if key is not None else content_key(item))
+        found = cache.get(slot)
+        if found is not cache.MISSING:
+            return found  # type: ignore[no-any-return]
+        count = self._count_uncached(item)
+        cache.put(slot, count, weight=16)
+        return count
 
     def _count_uncached(self, item: Mapping[str, Any]) -> int:
         return self.item_overhead + self._count_value(item)

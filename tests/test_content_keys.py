@@ -1,8 +1,7 @@
-"""Content keys and the memo that serve per-item caches (token counts, anchor hashes)."""
+"""Content keys, which the process cache keys per-item values by (counts, anchor hashes)."""
 
 from __future__ import annotations
 
-import threading
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -15,10 +14,11 @@ from memstack import (
     SessionLayer,
     SlidingWindowSession,
     TTLSession,
+    cache,
 )
 from memstack.backends import open_backend
 from memstack.compaction.records import item_hash
-from memstack.content_keys import Memo, content_key, known_keys, note_key
+from memstack.content_keys import content_key, derived_key, keyed_by
 from memstack.crypto import generate_key
 from memstack.tokens import TokenCounter, item_digest
 
@@ -41,31 +41,6 @@ def test_values_marshal_cannot_write_still_get_a_key() -> None:
     assert content_key({"at": when}) != content_key({"at": datetime(2026, 1, 3, tzinfo=UTC)})
 
 
-def test_memo_computes_once_per_content_and_stays_bounded() -> None:
-    calls: list[Any] = []
-    memo: Memo[int] = Memo(3)
-
-    def compute(item: Any) -> int:
-        calls.append(item["n"])
-        return int(item["n"]) * 10
-
-    assert [memo.get_or_compute({"n": n}, compute) for n in (1, 2, 1, 1)] == [10, 20, 10, 10]
-    assert calls == [1, 2]
-    for n in range(3, 10):
-        memo.get_or_compute({"n": n}, compute)
-    assert len(memo) == 3
-    memo.get_or_compute({"n": 1}, compute)  # evicted long ago: computed again
-    assert calls[-1] == 1
-
-
-def test_memo_size_zero_caches_nothing() -> None:
-    memo: Memo[int] = Memo(0)
-    calls: list[int] = []
-    for _ in range(3):
-        memo.get_or_compute({"n": 1}, lambda item: calls.append(1) or 1)
-    assert len(calls) == 3 and len(memo) == 0
-
-
 def test_memoised_hashes_stay_canonical() -> None:
     """The anchors every process agrees on: key order and the memo change nothing."""
     a = {"role": "user", "content": "hi", "id": "m1"}
@@ -76,36 +51,21 @@ def test_memoised_hashes_stay_canonical() -> None:
     assert item_hash({**a, "content": "ho"}) != item_hash(a)
 
 
-def test_memo_shared_by_threads() -> None:
-    memo: Memo[int] = Memo(50)
-    errors: list[BaseException] = []
-
-    def work(offset: int) -> None:
-        try:
-            for i in range(2000):
-                n = (i + offset) % 80
-                assert memo.get_or_compute({"n": n}, lambda item: int(item["n"])) == n
-        except BaseException as exc:  # surfaced below
-            errors.append(exc)
-
-    threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert errors == [] and len(memo) == 50
+def test_a_derived_key_names_what_a_function_made_of_the_item() -> None:
+    key = content_key({"role": "user", "content": "hi"})
+    assert derived_key(key, b"ttl record") == derived_key(key, b"ttl record")
+    assert derived_key(key, b"ttl record") != derived_key(key, b"opened envelope") != key
+    assert keyed_by(key, "a", b"mask") != keyed_by(key, "b", b"mask")
 
 
-def test_noted_keys_answer_only_inside_the_block_and_only_for_that_object() -> None:
-    item, twin = {"role": "user", "content": "hi"}, {"role": "user", "content": "hi"}
-    fake = b"k" * 16
-    note_key(item, fake)  # outside a block: ignored
-    assert content_key(item) != fake
-    with known_keys():
-        note_key(item, fake)
-        assert content_key(item) == fake
-        assert content_key(twin) == content_key(dict(item))  # another object: hashed
-    assert content_key(item) != fake
+def test_counts_are_kept_once_for_the_process_and_shared_by_counters_alike() -> None:
+    cache.clear()
+    item = {"role": "user", "content": "count me once"}
+    assert TokenCounter("gpt-4.1").count_item(item) == TokenCounter("gpt-4o").count_item(item)
+    stats = cache.stats()["tokens"]
+    assert (stats.misses, stats.hits, stats.entries) == (1, 1, 1)
+    assert TokenCounter("gpt-4", cache_size=0).count_item(item) > 0  # 0: nothing cached
+    assert cache.stats()["tokens"].entries == 1
 
 
 class Louder(SessionLayer):
@@ -130,9 +90,9 @@ class LouderPassthrough(PassthroughSession):
 async def test_a_window_counts_what_a_layer_below_it_altered(
     tmp_path: Path, altering: type[SessionLayer]
 ) -> None:
-    """Keys noted by encryption must not outlive an item's change by a user's layer,
-    nor by a subclass of a memstack layer: ``alters_what_it_reads = False`` is the promise
-    of the class that sets it, and a subclass may alter what it reads."""
+    """A user's layer that changes, in place, what it reads (a subclass of a memstack
+    layer too) changes copies: what the cache shares, and the counts kept by key, stay
+    what they were, and the window above counts the items it is given."""
     store, key = open_backend(f"sqlite:///{tmp_path / 'k.db'}", "s1"), generate_key()
     items = [{"role": "user", "content": f"short question {n}"} for n in range(40)]
 
@@ -144,7 +104,6 @@ async def test_a_window_counts_what_a_layer_below_it_altered(
     await plain.add_items(items)  # type: ignore[arg-type]
     assert len(await plain.get_items()) == 40  # short items: all fit, and are counted so
     louder = window(altering)
-    assert not louder.reads_unaltered()
     for _ in range(2):  # the second read reopens envelopes it has seen
         view = await louder.get_items()
         assert 0 < len(view) < 40

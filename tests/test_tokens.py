@@ -290,6 +290,14 @@ def test_counts_are_cached_by_content(monkeypatch: pytest.MonkeyPatch) -> None:
     assert calls == []
 
 
+def counted() -> int:
+    """Token counts the process cache holds now."""
+    from memstack import cache
+
+    found = cache.stats().get("tokens")
+    return 0 if found is None else found.entries
+
+
 def test_values_json_cannot_hold_are_counted_and_cached() -> None:
     """Model input inside a run may hold non-JSON values; they are counted as their str."""
     from datetime import UTC, datetime
@@ -297,9 +305,9 @@ def test_values_json_cannot_hold_are_counted_and_cached() -> None:
     counter = TokenCounter()
     when = datetime(2026, 1, 2, tzinfo=UTC)
     item = {"role": "user", "content": "hello", "extra": when}
-    cached = len(counter._counts)
+    cached = counted()
     assert counter.count_item(item) == counter.count_item(dict(item)) > 0
-    assert len(counter._counts) == cached + 1
+    assert counted() == cached + 1
 
 
 def test_counters_alike_share_one_memo_and_others_do_not() -> None:
@@ -309,20 +317,29 @@ def test_counters_alike_share_one_memo_and_others_do_not() -> None:
 
     item = {"role": "user", "content": "a fresh sentence to count " + uuid.uuid4().hex}
     plain, twin, doubled = TokenCounter("gpt-4.1"), TokenCounter("gpt-4.1"), Doubling("gpt-4.1")
-    cached = len(plain._counts)
-    counted = twin.count_item(item)
-    assert len(plain._counts) == cached + 1  # the twin's count serves the plain counter
-    assert plain.count_item(item) == counted
-    assert len(plain._counts) == cached + 1
+    cached = counted()
+    number = twin.count_item(item)
+    assert counted() == cached + 1  # the twin's count serves the plain counter
+    assert plain.count_item(item) == number
+    assert counted() == cached + 1
     assert doubled.count_item(item) > plain.count_item(item)  # never the plain count
     assert TokenCounter("gpt-4.1", item_overhead=0).count_item(item) < plain.count_item(item)
 
 
-def test_cache_is_bounded() -> None:
-    counter = TokenCounter(cache_size=10)
-    for i in range(25):
-        counter.count_item({"role": "user", "content": str(i)})
-    assert len(counter._counts) == 10
+def test_counts_live_in_the_process_cache_and_cache_size_zero_keeps_none() -> None:
+    from memstack import cache
+
+    cache.configure(max_bytes=20 * (16 + cache.ENTRY_OVERHEAD))
+    try:
+        counter = TokenCounter()
+        for i in range(25):
+            counter.count_item({"role": "user", "content": f"bounded {i}"})
+        assert counted() <= 20  # the process budget bounds them, whatever the counter
+    finally:
+        cache.configure(max_bytes=cache.DEFAULT_MAX_BYTES)
+    before = counted()
+    TokenCounter(cache_size=0).count_item({"role": "user", "content": uuid.uuid4().hex})
+    assert counted() == before
 
 
 def test_tool_schemas(counter: TokenCounter) -> None:

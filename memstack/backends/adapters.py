@@ -44,6 +44,9 @@ def capabilities_of(session: Session) -> StorageCapabilities:
     EncryptedSession) may keep extra state an adapter would bypass, so it gets the
     generic adapter.
     """
+    built = getattr(session, "capabilities", None)
+    if isinstance(built, StorageCapabilities):  # a layer's, built once (``SessionLayer``)
+        return built
     own = getattr(session, "storage_capabilities", None)
     if callable(own):
         caps = own()

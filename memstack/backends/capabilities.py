@@ -35,8 +35,6 @@ if TYPE_CHECKING:
     from agents.memory import Session
     from agents.run_context import RunContextWrapper
 
-    from memstack.backends.reuse import Reuse
-
 __all__ = [
     "READ_ALL",
     "GenericCapabilities",
@@ -47,7 +45,7 @@ __all__ = [
     "ViewCapabilities",
     "accepts_wrapper",
     "forward_wrapper",
-    "read_shared_tail",
+    "newest_of",
 ]
 
 Item = dict[str, Any]
@@ -75,6 +73,27 @@ def accepts_wrapper(session: object) -> bool:
 
 
 @cache
+def _takes_limit(kind: type) -> bool:
+    """False for a session whose ``get_items`` takes no ``limit`` (written before the SDK
+    had it): it is read whole, as the Runner reads it."""
+    try:
+        params = inspect.signature(kind.get_items).parameters  # type: ignore[attr-defined]
+    except (AttributeError, TypeError, ValueError):
+        return True
+    return "limit" in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
+
+
+async def newest_of(session: Session, n: int, wrapper: RunContextWrapper[Any] | None) -> Tail:
+    """The newest ``n`` items ``session.get_items`` returns (all, from a session without
+    ``limit``: then more than ``n``, and complete)."""
+    forward = forward_wrapper(session, wrapper)
+    if not _takes_limit(type(session)):
+        return Tail.undated(list(await session.get_items(**forward)), complete=True)
+    items = await session.get_items(limit=n, **forward)
+    return Tail.undated(list(items), complete=len(items) < n)
+
+
+@cache
 def _type_accepts_wrapper(kind: type) -> bool:
     # Per type: inspecting four signatures on every read costs ~0.1 ms.
     return accepts_wrapper(kind)
@@ -87,39 +106,64 @@ def forward_wrapper(session: object, wrapper: RunContextWrapper[Any] | None) -> 
     return {"wrapper": wrapper}
 
 
-@cache
-def _reads_shared(kind: type[StorageCapabilities]) -> bool:
-    try:
-        return "shared" in inspect.signature(kind.read_tail).parameters
-    except (AttributeError, TypeError, ValueError):
-        return False
-
-
-async def read_shared_tail(
-    caps: StorageCapabilities, n: int, *, wrapper: RunContextWrapper[Any] | None = None
-) -> Tail:
-    """``caps.read_tail(n, shared=True)``; an adapter of your own without ``shared``
-    (written before it existed) is asked plainly, and returns values of its own."""
-    if _reads_shared(type(caps)):
-        return await caps.read_tail(n, wrapper=wrapper, shared=True)
-    return await caps.read_tail(n, wrapper=wrapper)
-
-
 @dataclass(frozen=True, slots=True)
 class Tail:
-    """The newest items, oldest first, and when each was written (None where not known).
+    """The newest items of a history, oldest first, as one level of a stack shows them.
 
-    ``shared``: the items are objects shared between reads (asked for with ``shared=True``),
-    to be read and never handed on.
+    ``written_at``: when each item's expiry counts from, where a retention layer knows it.
+    ``keys``: content keys (``memstack.content_keys``) where known: equal keys mean equal
+    content in this process, so a count or a placeholder is looked up, not recomputed.
+    ``complete``: these are all the items; else older ones may precede them. ``reach``:
+    how many of the newest stored rows they were made from (-1: as many as there are
+    items), which sizes the next read. The items may be shared with the process cache
+    (``memstack.cache``): read them, never change them (build new ones).
     """
 
-    items: list[Item]
-    written_at: list[float | None]
-    shared: bool = False
+    items: Sequence[Item]
+    written_at: Sequence[float | None]
+    keys: Sequence[bytes | None] = ()
+    complete: bool = False
+    reach: int = -1
+
+    def __post_init__(self) -> None:
+        if len(self.keys) != len(self.items):
+            object.__setattr__(self, "keys", [None] * len(self.items))
+        if self.reach < 0:
+            object.__setattr__(self, "reach", len(self.items))
 
     @classmethod
-    def undated(cls, items: Sequence[Any], *, shared: bool = False) -> Tail:
-        return cls(list(items), [None] * len(items), shared)
+    def undated(cls, items: Sequence[Any], *, complete: bool = False) -> Tail:
+        return cls(list(items), [None] * len(items), complete=complete)
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def reach_from(self, index: int) -> int:
+        """How many stored rows a result made from ``items[index:]`` depends on."""
+        return max(0, self.reach - index)
+
+    def picked(self, indices: Sequence[int], *, complete: bool, reach: int = -1) -> Tail:
+        """The entries at ``indices``, in that order."""
+        return Tail(
+            [self.items[i] for i in indices],
+            [self.written_at[i] for i in indices],
+            [self.keys[i] for i in indices],
+            complete,
+            self.reach if reach < 0 else reach,
+        )
+
+    def newest(self, n: int) -> Tail:
+        """The newest ``n`` entries (all of them when there are fewer)."""
+        if n >= len(self.items):
+            return self
+        start = len(self.items) - max(n, 0)
+        return Tail(
+            self.items[start:],
+            self.written_at[start:],
+            self.keys[start:],
+            complete=False,
+            reach=self.reach_from(start),
+        )
 
 
 class StorageCapabilities(ABC):
@@ -161,29 +205,31 @@ class StorageCapabilities(ABC):
         makes time-ordered expiry cost only what it deletes.
         """
 
-    async def read_tail(
-        self, n: int, *, wrapper: RunContextWrapper[Any] | None = None, shared: bool = False
-    ) -> Tail:
+    async def read_tail(self, n: int, *, wrapper: RunContextWrapper[Any] | None = None) -> Tail:
         """The newest ``n`` items as the session shows them, with their write times.
 
-        Only a retention layer knows write times; this default reads ``get_items`` and
-        knows none. ``shared=True`` promises that the caller only reads the items and
-        hands none of them on (it builds new ones, as encryption does): an adapter may
-        then return objects it shares between reads (``memstack.backends.reuse``).
+        A memstack layer's view comes with the write times a retention layer in it knows
+        (``memstack.pipeline``); any other session is read with ``get_items`` and knows none.
+        The items are the caller's own.
         """
-        return Tail.undated(await StorageCapabilities.read_values(self, n, wrapper=wrapper))
+        if n <= 0:
+            return Tail.undated([])
+        session = self.session
+        view_tail = getattr(session, "view_tail", None)  # a memstack layer's
+        if view_tail is not None and not getattr(session, "reads_its_own_way", True):
+            return await view_tail(n, wrapper)  # type: ignore[no-any-return]
+        return (await newest_of(session, n, wrapper)).newest(n)
 
-    async def read_values(
-        self, n: int, *, reuse: Reuse | None = None, wrapper: RunContextWrapper[Any] | None = None
-    ) -> list[Any]:
+    async def read_newest(self, n: int, *, wrapper: RunContextWrapper[Any] | None = None) -> Tail:
         """The newest ``n`` stored values, oldest first, as the store holds them.
 
-        With ``reuse``, an adapter that reads raw rows returns a row's earlier value (the
-        same object) while its stored text is unchanged (``memstack.backends.reuse``):
-        the caller must treat every value as read-only. This default reads ``get_items``
-        and reuses nothing.
+        The source of every stack read. An adapter that reads raw rows parses each row
+        once for the whole process (``memstack.cache``) and gives each value its content
+        key: the values are then shared, read-only. This default reads ``get_items``.
         """
-        return list(await self.session.get_items(limit=n, **forward_wrapper(self.session, wrapper)))
+        if n <= 0:
+            return Tail.undated([])
+        return await newest_of(self.session, n, wrapper)
 
     async def add_derived(
         self,

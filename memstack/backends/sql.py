@@ -203,8 +203,12 @@ class PlanCapabilities(StorageCapabilities):
         """SQL for a row's age in seconds: the store's clock minus its ``created_at``."""
         raise NotImplementedError
 
+    async def query(self, make_plan: Callable[[], Plan]) -> Any:
+        """Run a plan that only reads: no write lock (``run`` by default)."""
+        return await self.run(make_plan)
+
     async def count(self) -> int:
-        return int(await self.run(lambda: count(self.table())))
+        return int(await self.query(lambda: count(self.table())))
 
     async def write_ages(self, n: int) -> list[float] | None:
         if n <= 0:

@@ -14,18 +14,16 @@ from agents.extensions.memory import SQLAlchemySession
 from sqlalchemy import select, text
 
 import memstack.backends.sql as sql
-from memstack.backends.capabilities import StorageCapabilities
+from memstack.backends.capabilities import StorageCapabilities, Tail
 from memstack.backends.mysql_tables import prepare_mysql_tables
-from memstack.backends.reuse import newest_values
+from memstack.backends.rows import newest_rows
 from memstack.backends.translate import store_errors
 from memstack.errors import CapabilityError
 
 if TYPE_CHECKING:
     from agents.run_context import RunContextWrapper
 
-    from memstack.backends.reuse import Reuse
-
-# Reads that reuse values parse rows themselves: only while the store parses them this way.
+# Raw reads parse rows themselves: only while the store parses them this way.
 _SDK_DESERIALIZE = SQLAlchemySession._deserialize_item
 
 
@@ -65,18 +63,17 @@ class SQLAlchemyCapabilities(sql.PlanCapabilities):
             return "TIMESTAMPDIFF(MICROSECOND, created_at, NOW(6)) / 1000000.0"
         raise CapabilityError(f"write_ages does not know how {dialect} computes an age")
 
-    async def read_values(
-        self, n: int, *, reuse: Reuse | None = None, wrapper: RunContextWrapper[Any] | None = None
-    ) -> list[Any]:
+    async def read_newest(self, n: int, *, wrapper: RunContextWrapper[Any] | None = None) -> Tail:
         store = self.session
-        if reuse is None or type(store)._deserialize_item is not _SDK_DESERIALIZE or n <= 0:
-            return await super().read_values(n, reuse=reuse, wrapper=wrapper)
+        if type(store)._deserialize_item is not _SDK_DESERIALIZE or n <= 0:
+            return await super().read_newest(n, wrapper=wrapper)
         messages = store._messages
         newest = (
             select(messages.c.id, messages.c.message_data)
             .where(messages.c.session_id == store.session_id)
             .order_by(messages.c.created_at.desc(), messages.c.id.desc())
         )
+        place = (str(store.engine.url), messages.name)  # a str: hashed once, not per row
         with store_errors(store):
             await store._ensure_tables()
             async with store._session() as sess:
@@ -84,7 +81,19 @@ class SQLAlchemyCapabilities(sql.PlanCapabilities):
                 async def fetch(window: int) -> Sequence[Any]:
                     return (await sess.execute(newest.limit(window))).all()
 
-                return await newest_values(fetch, n, reuse)
+                return await newest_rows(fetch, n, store=place, session_id=store.session_id)
+
+    async def query(self, make_plan: Callable[[], sql.Plan]) -> Any:
+        # A read: the session's row lock would only make it wait for writers.
+        store = self.session
+        with store_errors(store):
+            await store._ensure_tables()
+            async with store._session() as sess:
+
+                async def execute(statement: str, params: dict[str, Any]) -> list[Any]:
+                    return list((await sess.execute(text(statement), params)).all())
+
+                return await sql.run_async(execute, make_plan())
 
     async def run(self, make_plan: Callable[[], sql.Plan]) -> Any:
         store = self.session

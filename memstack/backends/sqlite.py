@@ -15,8 +15,8 @@ from agents.extensions.memory.async_sqlite_session import AsyncSQLiteSession
 from agents.memory import SQLiteSession
 
 import memstack.backends.sql as sql
-from memstack.backends.capabilities import StorageCapabilities
-from memstack.backends.reuse import Reuse, newest_values
+from memstack.backends.capabilities import StorageCapabilities, Tail
+from memstack.backends.rows import newest_rows
 from memstack.backends.translate import store_errors
 
 if TYPE_CHECKING:
@@ -34,19 +34,22 @@ class _SqliteBase(sql.PlanCapabilities):
     def write_age(self) -> str:
         return SQLITE_WRITE_AGE
 
-    async def read_values(
-        self, n: int, *, reuse: Reuse | None = None, wrapper: RunContextWrapper[Any] | None = None
-    ) -> list[Any]:
-        if reuse is None or n <= 0:
-            return await super().read_values(n, reuse=reuse, wrapper=wrapper)
-        return await self._read_raw(n, reuse)
+    async def read_newest(self, n: int, *, wrapper: RunContextWrapper[Any] | None = None) -> Tail:
+        if n <= 0:
+            return await super().read_newest(n, wrapper=wrapper)
+        return await self._read_raw(n)
 
-    async def _read_raw(self, n: int, reuse: Reuse) -> list[Any]:
+    async def _read_raw(self, n: int) -> Tail:
         """The newest ``n`` rows, read raw through the session's own connection."""
         raise NotImplementedError
 
+    def _where(self) -> tuple[str, str]:
+        """The rows' place for the process cache: this database file and table."""
+        session: Any = self.session
+        return (str(session.db_path), session.messages_table)
+
     def _newest(self) -> str:
-        # The SDK's own tail query (newest first by id), with the id for ``Reuse``.
+        # The SDK's own tail query (newest first by id), with the id for the row cache.
         session: Any = self.session
         return (
             f"SELECT id, message_data FROM {session.messages_table} "
@@ -68,7 +71,7 @@ class SQLiteCapabilities(_SqliteBase):
 
     session: SQLiteSession
 
-    async def _read_raw(self, n: int, reuse: Reuse) -> list[Any]:
+    async def _read_raw(self, n: int) -> Tail:
         store, statement = self.session, self._newest()
 
         def fetch_in_thread(window: int) -> list[Any]:
@@ -79,7 +82,10 @@ class SQLiteCapabilities(_SqliteBase):
             return await asyncio.to_thread(fetch_in_thread, window)
 
         with store_errors(store):  # the SDK's read skips rows that are not JSON, or NULL
-            return await newest_values(fetch, n, reuse, skip=(ValueError, TypeError))
+            return await newest_rows(
+                fetch, n, store=self._where(), session_id=store.session_id,
+                skip=(ValueError, TypeError),
+            )  # fmt: skip
 
     async def run(self, make_plan: Callable[[], sql.Plan]) -> Any:
         def in_thread() -> Any:
@@ -103,7 +109,7 @@ class AsyncSQLiteCapabilities(_SqliteBase):
 
     session: AsyncSQLiteSession
 
-    async def _read_raw(self, n: int, reuse: Reuse) -> list[Any]:
+    async def _read_raw(self, n: int) -> Tail:
         store, statement = self.session, self._newest()
         with store_errors(store):
             async with store._locked_connection() as conn:
@@ -112,7 +118,7 @@ class AsyncSQLiteCapabilities(_SqliteBase):
                     cursor = await conn.execute(statement, (store.session_id, window))
                     return list(await cursor.fetchall())
 
-                return await newest_values(fetch, n, reuse)
+                return await newest_rows(fetch, n, store=self._where(), session_id=store.session_id)
 
     async def run(self, make_plan: Callable[[], sql.Plan]) -> Any:
         with store_errors(self.session):

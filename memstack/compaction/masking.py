@@ -47,8 +47,9 @@ from dataclasses import MISSING, dataclass, field, fields
 from types import MappingProxyType
 from typing import Any
 
+import memstack.cache as cache
 from memstack.compaction.salient import occurs, salient_tokens
-from memstack.content_keys import Memo, content_key, note_key, noting
+from memstack.content_keys import key_of, keyed_by
 from memstack.errors import ConfigurationError
 from memstack.history import is_user_message, item_type, pair_key, split_turns
 
@@ -107,8 +108,8 @@ class Mask:
     step: int = 1
     #: Characters of the output's salient tokens appended to its placeholder (0: none).
     keep_names: int = 0
-    _placeholders: Memo[str] = field(init=False, repr=False, compare=False)
-    _masked_keys: Memo[bytes] = field(init=False, repr=False, compare=False)
+    #: What a placeholder depends on besides the output and its call (cache keys).
+    _way: tuple[Any, ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         turns = _nonnegative_int("keep_last_turns", self.keep_last_turns)
@@ -136,8 +137,12 @@ class Mask:
         object.__setattr__(self, "templates", MappingProxyType(dict(self.templates)))
         object.__setattr__(self, "tools", _names("tools", self.tools))
         object.__setattr__(self, "exclude_tools", _names("exclude_tools", self.exclude_tools))
-        object.__setattr__(self, "_placeholders", Memo(20_000))
-        object.__setattr__(self, "_masked_keys", Memo(20_000))
+        way = tuple(
+            tuple(sorted(value.items())) if isinstance(value, Mapping)
+            else tuple(sorted(value)) if isinstance(value, frozenset) else value
+            for value in (getattr(self, f.name) for f in fields(self) if f.init)
+        )  # fmt: skip
+        object.__setattr__(self, "_way", ("mask", *way))
 
     def __repr__(self) -> str:
         # Only what differs from the defaults: stacks print this in their chain.
@@ -152,7 +157,17 @@ class Mask:
 
     def apply(self, items: Sequence[Item]) -> list[Any]:
         """``items`` with unprotected, large enough tool outputs replaced; input untouched."""
-        calls: dict[tuple[str, str], Item] = {}
+        return self.apply_keyed(items, [None] * len(items))[0]
+
+    def apply_keyed(
+        self, items: Sequence[Item], keys: Sequence[bytes | None]
+    ) -> tuple[list[Any], list[bytes | None]]:
+        """``apply``, with the items' content keys (None where unknown) in and out.
+
+        A placeholder is a pure function of the output, its call and these options, so it
+        is kept in the process cache under their keys; a masked item's key follows.
+        """
+        calls: dict[tuple[str, str], int] = {}
         outputs: list[int] = []
         for index, item in enumerate(items):
             key = pair_key(item)
@@ -161,21 +176,21 @@ class Mask:
             if item_type(item) in _MASKABLE:
                 outputs.append(index)
             else:
-                calls[key] = item
+                calls[key] = index
         if not outputs:
-            return list(items)
+            return list(items), list(keys)
         boundary = self._protected_from(items, outputs)
         older = [index for index in outputs if index < boundary]
-        result = list(items)
+        result, result_keys = list(items), list(keys)
         for index in older[: self._stepped(items, older)]:
             item = items[index]
             key = pair_key(item)
             call = calls.get(key) if key is not None else None
             if call is not None:
-                masked = self._masked(item, call)
+                masked = self._masked(item, keys[index], items[call], keys[call])
                 if masked is not None:
-                    result[index] = masked
-        return result
+                    result[index], result_keys[index] = masked
+        return result, result_keys
 
     def _stepped(self, items: Sequence[Item], older: list[int]) -> int:
         """How many of the ``older`` outputs to mask: up to the newest step boundary.
@@ -209,7 +224,10 @@ class Mask:
             boundary = min(boundary, outputs[-self.keep_last_outputs])
         return boundary
 
-    def _masked(self, output: Item, call: Item) -> dict[str, Any] | None:
+    def _masked(
+        self, output: Item, output_key: bytes | None, call: Item, call_key: bytes | None
+    ) -> tuple[dict[str, Any], bytes] | None:
+        """The masked output and its content key; None when it stays."""
         tool = str(call.get("name") or item_type(call))
         if tool in self.exclude_tools or (self.tools is not None and tool not in self.tools):
             return None
@@ -217,22 +235,16 @@ class Mask:
         size = len(text) if isinstance(text, str) else len(json.dumps(text, default=str))
         if size < self.min_chars:
             return None
-        # Every read masks the same old outputs again: memoise by what the text depends on,
-        # by content keys, which a read often knows without hashing (``known_keys``).
-        output_key = content_key(output)
-        basis: dict[str, Any] = {"call": content_key(call), "size": size}
-        if self.keep_names:
-            basis["output"] = output_key
-        placeholder = self._placeholders.get_or_compute(
-            basis, lambda _: self.placeholder(call, output)
+        # Every read masks the same old outputs again: kept by what the text depends on.
+        out = key_of(output, output_key)
+        slot = (*self._way, key_of(call, call_key), out if self.keep_names else size)
+        placeholder = cache.get_or_put(
+            slot, lambda: self.placeholder(call, output), weight=self.max_arg_chars * 4
         )
         if len(placeholder) >= size:
             return None
         masked = {**output, "output": placeholder}
-        if noting():  # its key follows from the output's and the placeholder's
-            basis = {"output": output_key, "placeholder": placeholder}
-            note_key(masked, self._masked_keys.get_or_compute(basis, lambda _: content_key(masked)))
-        return masked
+        return masked, keyed_by(out, placeholder, b"masked output")
 
     def placeholder(self, call: Item, output: Item | None = None) -> str:
         """The text that stands for ``output``, the output of ``call``."""

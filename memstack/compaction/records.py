@@ -39,7 +39,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from memstack.content_keys import Memo
+import memstack.cache as cache
+from memstack.content_keys import key_of
 
 __all__ = [
     "RECORD_TYPE",
@@ -59,20 +60,21 @@ Item = Mapping[str, Any]
 RECORD_TYPE = "memstack.compaction"
 RECORD_VERSION = 1
 _HASH_CHARS = 16  # 64 bits: collisions within one session's history are not a concern
-_HASHES: Memo[str] = Memo(50_000)  # ~10 MB at most
 
 
 class RecordFormatError(ValueError):
     """A stored item claims to be a compaction record but does not parse as one."""
 
 
-def item_hash(item: Item) -> str:
+def item_hash(item: Item, key: bytes | None = None) -> str:
     """Short content hash of one item (canonical JSON, SHA-256), stable across processes.
 
-    Memoised by a process-local content key: every read checks anchors over items it has
-    mostly hashed before, and canonical JSON costs four times the key.
+    Kept in the process cache under the item's content key (``key`` where a read knows
+    it): every read checks anchors over items it has mostly hashed before.
     """
-    return _HASHES.get_or_compute(item, _canonical_hash)
+    return cache.get_or_put(
+        ("item hash", key_of(item, key)), lambda: _canonical_hash(item), weight=16
+    )
 
 
 def _canonical_hash(item: Item) -> str:
@@ -203,4 +205,3 @@ def parse_record(item: Item) -> Record:
         anchors=anchors,
         method=method,
     )
-

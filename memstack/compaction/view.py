@@ -50,10 +50,11 @@ class LazyHashes(Sequence[str | None]):
     canonical ``json.dumps`` each) cost a seventh of a stack read for nothing.
     """
 
-    __slots__ = ("_known", "_window")
+    __slots__ = ("_keys", "_known", "_window")
 
-    def __init__(self, window: Sequence[Item]) -> None:
+    def __init__(self, window: Sequence[Item], keys: Sequence[bytes | None] = ()) -> None:
         self._window = window
+        self._keys = keys if len(keys) == len(window) else [None] * len(window)
         self._known: dict[int, str | None] = {}
 
     def __len__(self) -> int:
@@ -70,7 +71,7 @@ class LazyHashes(Sequence[str | None]):
             index += len(self._window)
         if index not in self._known:
             entry = self._window[index]
-            self._known[index] = None if is_record(entry) else item_hash(entry)
+            self._known[index] = None if is_record(entry) else item_hash(entry, self._keys[index])
         return self._known[index]
 
     def is_item(self, index: int) -> bool:
@@ -119,13 +120,15 @@ def resolve(
     complete: bool,
     store_size: int | None = None,
     trust_first: bool = False,
+    keys: Sequence[bytes | None] = (),
 ) -> Resolution | Need:
     """Resolve the last ``len(window)`` stored entries (all of them when ``complete``).
 
     ``trust_first``: for a store that cannot count, take a first covered item beyond the
     window as present rather than asking for the whole store (see the layer's docs).
+    ``keys``: the entries' content keys, where the read knows them (hashes are cached).
     """
-    hashes = LazyHashes(window)
+    hashes = LazyHashes(window, keys)
     for r in range(len(window) - 1, -1, -1):
         if hashes.is_item(r):
             continue

@@ -39,21 +39,20 @@ inject text into a history and watch stored sizes.
 from __future__ import annotations
 
 import binascii
+import hashlib
 import json
 import marshal
 import os
 import zlib
-from collections import OrderedDict
-from collections.abc import Mapping
-from typing import Any, cast
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
-from memstack.backends.reuse import Identity
-from memstack.content_keys import note_key, packed_key
+import memstack.cache as cache
 from memstack.crypto.keys import KeyProvider, check_kid, parse_key
 from memstack.errors import ConfigurationError, DecryptionError, ItemValidationError
 
@@ -170,27 +169,29 @@ class SessionCipher:
         self.compress_min_bytes = compress_min_bytes
         self.layer = layer
         self._session = session_id.encode("utf-8")
-        self._aeads: dict[str, tuple[AESGCM, bytes]] = {}
-        self._opened = OpenedCache()
-        # Shared envelopes, by identity: the item's marshal bytes and their content key.
-        self._seen: Identity[tuple[bytes, bytes]] = Identity()
 
     # -- keys ------------------------------------------------------------------------------
     @property
     def active_kid(self) -> str:
         return check_kid(self.keys.active_kid, field="active key id")
 
-    def _aead(self, kid: str) -> tuple[AESGCM, bytes] | None:
-        """The cipher and associated data for ``kid``, derived once; None for unknown ids."""
-        known = self._aeads.get(kid)
-        if known is None:
+    def _aead(self, kid: str) -> _SessionKey | None:
+        """This session's key under ``kid``, asked of the key provider on every call (a
+        dropped key stops reads at once); None when the provider does not hold it."""
+        try:
             master = self.keys.key(kid)
-            if master is None:
-                return None
-            key = _session_key(parse_key(master, field=f"key {kid!r}"), self.session_id)
-            aad = _LABEL + b"\x00" + kid.encode("ascii") + b"\x00" + self._session
-            known = self._aeads[kid] = (AESGCM(key), aad)
-        return known
+        except KeyError:  # a provider that raises for an unknown id: the same answer
+            master = None
+        if master is None:
+            return None
+        raw = parse_key(master, field=f"key {kid!r}")
+        fingerprint = hashlib.blake2b(raw, digest_size=16, person=b"memstack master").digest()
+        slot = ("session keys", fingerprint, self.session_id, kid)
+        known = cache.get(slot)
+        if known is cache.MISSING:
+            known = _SessionKey.derive(raw, self.session_id, kid)
+            cache.put(slot, known, weight=512)
+        return known  # type: ignore[no-any-return]
 
     def check_active_key(self) -> None:
         """Fail now, not at the first write, when the active key is missing or unusable."""
@@ -221,8 +222,27 @@ class SessionCipher:
                 return bytes((_DEFLATED,)) + packed
         return bytes((_RAW,)) + raw
 
+    def seal_all(self, items: Sequence[object]) -> list[dict[str, Any]]:
+        """Encrypt each item under the active key, asked of the key provider once."""
+        kid, known = self._active()
+        return [self._sealed(item, index, kid, known) for index, item in enumerate(items)]
+
     def seal(self, item: object, *, index: int = 0) -> dict[str, Any]:
         """Encrypt one item under the active key."""
+        kid, known = self._active()
+        return self._sealed(item, index, kid, known)
+
+    def _active(self) -> tuple[str, _SessionKey]:
+        kid = self.active_kid
+        known = self._aead(kid)
+        if known is None:
+            raise ConfigurationError(
+                f"the key provider has no key for its own active key id {kid!r}",
+                layer=self.layer,
+            )
+        return kid, known
+
+    def _sealed(self, item: object, index: int, kid: str, known: _SessionKey) -> dict[str, Any]:
         if not isinstance(item, dict):
             raise ItemValidationError(
                 f"item {index} must be a dict, not {type(item).__name__}", layer=self.layer
@@ -233,16 +253,8 @@ class SessionCipher:
             raise ItemValidationError(
                 f"item {index} is not JSON-serialisable: {exc}", layer=self.layer
             ) from exc
-        kid = self.active_kid
-        known = self._aead(kid)
-        if known is None:
-            raise ConfigurationError(
-                f"the key provider has no key for its own active key id {kid!r}",
-                layer=self.layer,
-            )
-        aead, aad = known
         nonce = os.urandom(_NONCE)
-        sealed = nonce + aead.encrypt(nonce, plaintext, aad)
+        sealed = nonce + known.aead.encrypt(nonce, plaintext, known.aad)
         return {MARKER: FORMAT, "kid": kid, "ct": _b64encode(sealed)}
 
     # -- opening ---------------------------------------------------------------------------
@@ -256,41 +268,45 @@ class SessionCipher:
             and envelope["kid"] == self.active_kid
         )
 
-    def reopen(self, envelope: object) -> dict[str, Any] | None:
-        """The item of a shared envelope this cipher opened before, as a fresh object.
+    def open(self, envelope: object) -> dict[str, Any]:
+        """The item inside ``envelope``, the caller's own; ``DecryptionError`` when it
+        cannot be trusted."""
+        item = self.open_all([envelope])[0]
+        return marshal.loads(marshal.dumps(item, 2))  # type: ignore[no-any-return]
 
-        Recognised by identity alone: a shared value is read-only, so it still is what
-        was authenticated. None when it was not seen (use ``open``).
+    def open_all(self, envelopes: Sequence[object]) -> list[dict[str, Any]]:
+        """The items inside ``envelopes``, in order; ``DecryptionError`` at the first bad one.
+
+        Each key id is asked of the key provider once per call, so a key dropped from it
+        stops every read from then on. An item opened before under the same session key
+        (same key id and ciphertext) is taken from the process cache: its entry is made
+        only after the envelope authenticated under this session's key and decoded, and
+        that key's fingerprint is part of the cache key, so no other session or key, and
+        no envelope moved from elsewhere, can be answered from it. The items are shared
+        with that cache: read-only.
         """
-        seen = self._seen.get(envelope)
-        if seen is None:
-            return None
-        item = marshal.loads(seen[0])
-        note_key(item, seen[1])  # its content key is known: the window counts it without hashing
-        return cast("dict[str, Any]", item)
-
-    def open(self, envelope: object, *, shared: bool = False) -> dict[str, Any]:
-        """The item inside ``envelope``, a fresh object; ``DecryptionError`` otherwise.
-
-        ``shared`` says ``envelope`` is a read-only object a store hands back while its row
-        is unchanged (``memstack.backends.reuse``): it is remembered, so that ``reopen``
-        recognises it by identity next time (callers try ``reopen`` first).
-        """
-        if type(envelope) is dict and len(envelope) == len(_FIELDS):
+        keys: dict[str, _SessionKey] = {}
+        items = []
+        for envelope in envelopes:
+            if type(envelope) is not dict or len(envelope) != len(_FIELDS):
+                raise self._malformed(envelope)
             version, kid, text = envelope.get(MARKER), envelope.get("kid"), envelope.get("ct")
-            if type(version) is int and version == FORMAT and type(kid) is str:
-                known = self._aeads.get(kid) or self._known_key(kid)
-                if type(text) is str:
-                    packed = self._opened.get(kid, text) or self._unseal(known, kid, text)
-                    item = marshal.loads(packed)
-                    if shared:  # too large to keep: put() leaves it out, found by ciphertext
-                        key = packed_key(packed)
-                        self._seen.put(envelope, (packed, key), len(text) + len(packed))
-                        note_key(item, key)
-                    return cast("dict[str, Any]", item)
-        raise self._malformed(envelope)
+            if type(version) is not int or version != FORMAT or type(kid) is not str:
+                raise self._malformed(envelope)
+            if type(text) is not str:
+                raise self._malformed(envelope)
+            known = keys.get(kid)
+            if known is None:
+                known = keys[kid] = self._known_key(kid)
+            slot = ("envelopes", known.fingerprint, kid, text)
+            item = cache.get(slot)
+            if item is cache.MISSING:
+                item = self._unseal(known, kid, text)
+                cache.put(slot, item, weight=len(text) * 3)
+            items.append(item)
+        return items
 
-    def _known_key(self, kid: str) -> tuple[AESGCM, bytes]:
+    def _known_key(self, kid: str) -> _SessionKey:
         try:
             known = self._aead(kid) if kid.isascii() else None
         except ConfigurationError as exc:
@@ -316,25 +332,24 @@ class SessionCipher:
             return self.error(f"malformed envelope with fields {sorted(envelope)}", kid)
         return self.error(f"envelope under key id {kid!r} is not valid base64", kid)
 
-    def _unseal(self, known: tuple[AESGCM, bytes], kid: str, text: str) -> bytes:
+    def _unseal(self, known: _SessionKey, kid: str, text: str) -> dict[str, Any]:
         try:
             sealed = _b64decode(text)
         except ValueError as exc:
             raise self.error(f"envelope under key id {kid!r} is not valid base64", kid) from exc
         if len(sealed) < _NONCE + _TAG + 1:
             raise self.error(f"envelope under key id {kid!r} is truncated", kid)
-        aead, aad = known
         try:
-            plaintext = aead.decrypt(sealed[:_NONCE], sealed[_NONCE:], aad)
+            plaintext = known.aead.decrypt(sealed[:_NONCE], sealed[_NONCE:], known.aad)
         except InvalidTag as exc:
             raise self.error(
                 f"cannot authenticate item under key id {kid!r}: wrong key, or the envelope "
                 "was altered or belongs to another session",
                 kid,
             ) from exc
-        return self._decode(plaintext, kid, text)
+        return self._decode(plaintext, kid)
 
-    def _decode(self, plaintext: bytes, kid: str, text: str) -> bytes:
+    def _decode(self, plaintext: bytes, kid: str) -> dict[str, Any]:
         # Authenticated already: a failure here means a writer bug, not an attacker.
         try:
             flag, body = plaintext[0], plaintext[1:]
@@ -345,54 +360,28 @@ class SessionCipher:
                     raise ValueError("deflate stream is incomplete")
             elif flag != _RAW:
                 raise ValueError(f"unknown payload encoding {flag}")
-            json_text = body.decode("utf-8")
-            item = json.loads(json_text)
+            item = json.loads(body.decode("utf-8"))
         except (ValueError, zlib.error, binascii.Error) as exc:
             raise self.error(
                 f"authenticated payload under key id {kid!r} is corrupt: {exc}", kid
             ) from exc
         if not isinstance(item, dict):
             raise self.error(f"authenticated payload under key id {kid!r} is not an item", kid)
-        packed = marshal.dumps(item, 2)  # format 2: what content keys hash (content_keys)
-        self._opened.put(kid, text, packed)
-        return packed
+        return item
 
 
-class OpenedCache:
-    """Authenticated envelopes' items, by key id and ciphertext, least recently used first.
+class _SessionKey:
+    """One session's key under one master key: the cipher, its associated data, and a
+    fingerprint that names it in cache keys (a digest of the key: it reveals nothing)."""
 
-    Bounded by the bytes it holds (``max_chars``, 16 Mi by default): a long-running server
-    re-reading one session's tail pays AES-GCM and inflate once per envelope. The key is
-    the ciphertext itself, so another process's writes, rotation and new nonces only miss;
-    a relabelled envelope (another key id) never hits an entry. Items are kept as
-    ``marshal`` bytes of what was parsed (built here, never read from storage): every hit
-    returns fresh dicts, twice as fast as parsing the JSON again.
-    """
+    __slots__ = ("aad", "aead", "fingerprint")
 
-    def __init__(self, max_chars: int = 16 << 20) -> None:
-        self.max_chars = max_chars
-        self._entries: OrderedDict[tuple[str, str], bytes] = OrderedDict()
-        self._chars = 0
+    def __init__(self, aead: AESGCM, aad: bytes, fingerprint: bytes) -> None:
+        self.aead, self.aad, self.fingerprint = aead, aad, fingerprint
 
-    def get(self, kid: str, ciphertext: str) -> bytes | None:
-        key = (kid, ciphertext)
-        found = self._entries.get(key)
-        if found is not None:
-            try:  # noqa: SIM105 (runs once per item read: suppress() costs a third of it)
-                self._entries.move_to_end(key)
-            except KeyError:  # evicted meanwhile by another thread
-                pass
-        return found
-
-    def put(self, kid: str, ciphertext: str, packed: bytes) -> None:
-        key = (kid, ciphertext)
-        if len(packed) > self.max_chars // 8 or key in self._entries:
-            return  # one huge tool output must not evict a whole tail
-        self._entries[key] = packed
-        self._chars += len(packed)
-        while self._chars > self.max_chars and self._entries:
-            try:
-                _, dropped = self._entries.popitem(last=False)
-            except KeyError:  # emptied meanwhile by another thread
-                break
-            self._chars -= len(dropped)
+    @classmethod
+    def derive(cls, master: bytes, session_id: str, kid: str) -> _SessionKey:
+        key = _session_key(master, session_id)
+        aad = _LABEL + b"\x00" + kid.encode("ascii") + b"\x00" + session_id.encode("utf-8")
+        fingerprint = hashlib.blake2b(key, digest_size=16, person=b"memstack session").digest()
+        return cls(AESGCM(key), aad, fingerprint)

@@ -40,6 +40,7 @@ from agents.memory import Session
 from memstack.backends.adapters import capabilities_of
 from memstack.backends.capabilities import Item, StorageCapabilities
 from memstack.backends.translate import store_errors
+from memstack.base import stored_values
 from memstack.crypto.envelope import SessionCipher, is_envelope
 from memstack.crypto.legacy import is_sdk_envelope
 from memstack.errors import BackendError, CapabilityError, ConfigurationError
@@ -55,19 +56,15 @@ logger = logging.getLogger("memstack.encrypted")
 Opener = Callable[[object], dict[str, Any]]
 Reader = Callable[[StorageCapabilities], Awaitable[list[Item]]]
 
-# "All items" for stores read without a capability adapter: get_items(None) would apply
-# session_settings.limit. Small enough for any driver's integer parameters.
-_EVERYTHING = 2**31 - 1
-
 
 class _Attempts(Options):
     max_attempts: Count
 
 
 async def read_stored(inner: Session, caps: StorageCapabilities) -> list[Item]:
-    """Every value ``inner`` holds, oldest first, read with an explicit limit (no session limit)."""
-    count = await caps.count()
-    return [dict(value) for value in await inner.get_items(limit=count)]
+    """Every value ``inner`` holds, oldest first, as the layer above reads it (no session
+    limit, nothing repaired away), as copies."""
+    return await stored_values(inner)
 
 
 def resealed(
@@ -144,8 +141,7 @@ async def _refill(
     inner: Session, cipher: SessionCipher, open_item: Opener, *, plaintext: bool, layer: str
 ) -> int:
     """Rotation on a store without atomic rewrites: re-seal in memory, clear, refill."""
-    # An explicit limit, so a session limit in session_settings cannot cut the read.
-    stored = [dict(value) for value in await inner.get_items(limit=_EVERYTHING)]
+    stored = await stored_values(inner)
     stale = sum(not cipher.is_current(value) for value in stored)
     if not stale:
         return 0

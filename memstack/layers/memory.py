@@ -31,16 +31,16 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from agents.memory import Session
-from agents.memory.session_settings import resolve_session_limit
 
-from memstack.base import SessionLayer, limit_arg
+from memstack.backends.capabilities import Tail
+from memstack.base import SessionLayer
 from memstack.errors import ConfigurationError
 from memstack.history import is_user_message
 from memstack.memory.ranking import HEADER
 from memstack.memory.store import MemoryStore
+from memstack.pipeline import Need
 
 if TYPE_CHECKING:
-    from agents.items import TResponseInputItem
     from agents.run_context import RunContextWrapper
 
 __all__ = ["MemorySession"]
@@ -70,7 +70,6 @@ class MemorySession(SessionLayer):
     """Pins what is remembered about ``scope`` at the head of ``get_items()``."""
 
     layer_name = "memory"
-    alters_what_it_reads = False
     view_only = True
 
     def __init__(
@@ -132,25 +131,25 @@ class MemorySession(SessionLayer):
             self._last_query, self._last_item = query, await self.memory_item(query)
         return rest if self._last_item is None else [dict(self._last_item), *rest]
 
-    async def get_items(
-        self, limit: int | None = None, *, wrapper: RunContextWrapper[Any] | None = None
-    ) -> list[TResponseInputItem]:
-        """The block, then the history; with ``limit``, the newest ``limit`` items of that
-        (the block counts, as the SDK counts items: it shows once the history is shorter)."""
-        limit = resolve_session_limit(limit, self.session_settings)
-        items = await self.inner.get_items(**limit_arg(limit), **self.forward(wrapper))
-        if limit is not None and len(items) >= limit:
-            return items[-limit:] if limit > 0 else []
+    async def shape(self, below: Tail, wrapper: RunContextWrapper[Any] | None) -> Tail | Need:
+        """The block, then the history: the block is the oldest item of the view, so only
+        a whole history shows it (``limit`` counts it, as the SDK counts items)."""
+        if not below.complete:
+            return below
         turn_input = list(getattr(wrapper, "turn_input", None) or [])
-        pinned = await self.memory_item(latest_user_text(turn_input, items))
+        pinned = await self.memory_item(latest_user_text(turn_input, below.items))
         if pinned is None:
-            return items
-        return [pinned, *items]  # type: ignore[list-item]
+            return below
+        return Tail(
+            [pinned, *below.items],
+            [None, *below.written_at],
+            [None, *below.keys],
+            complete=True,
+            reach=below.reach,
+        )
 
-    async def add_items(
-        self, items: list[TResponseInputItem], *, wrapper: RunContextWrapper[Any] | None = None
-    ) -> None:
+    async def write(self, items: Sequence[Any], wrapper: RunContextWrapper[Any] | None) -> None:
         # A caller that echoes the view back (a session_input_callback) must not store it.
         kept = [item for item in items if not self._is_ours(item)]
         if kept or not items:
-            await self.inner.add_items(kept, **self.forward(wrapper))
+            await self.write_below(kept, wrapper)

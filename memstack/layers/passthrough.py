@@ -15,4 +15,3 @@ class PassthroughSession(SessionLayer):
     """Delegates everything to the session it wraps."""
 
     layer_name = "passthrough"
-    alters_what_it_reads = False

@@ -45,7 +45,6 @@ from memstack.redaction.policy import Redaction, RedactionPolicy
 from memstack.redaction.vault import VaultCipher, vault_tokens
 
 if TYPE_CHECKING:
-    from agents.items import TResponseInputItem
     from agents.run_context import RunContextWrapper
 
 __all__ = ["RedactCapabilities", "RedactSession"]
@@ -61,7 +60,6 @@ class RedactSession(SessionLayer):
     """Rewrites secrets and personal data in every item before it is stored."""
 
     layer_name = "redact"
-    alters_what_it_reads = False
 
     def __init__(
         self,
@@ -171,14 +169,11 @@ class RedactSession(SessionLayer):
             )
         return done.items
 
-    async def add_items(
-        self, items: list[TResponseInputItem], *, wrapper: RunContextWrapper[Any] | None = None
-    ) -> None:
-        clean = await self.redact(items)
-        await self.inner.add_items(cast("list[TResponseInputItem]", clean), **self.forward(wrapper))
+    async def write(self, items: Sequence[Any], wrapper: RunContextWrapper[Any] | None) -> None:
+        await self.write_below(await self.redact(items), wrapper)
 
-    async def clear_session(self, *, wrapper: RunContextWrapper[Any] | None = None) -> None:
-        await self.inner.clear_session(**self.forward(wrapper))
+    async def clear(self, wrapper: RunContextWrapper[Any] | None) -> None:
+        await self.clear_below(wrapper)
         store = self._whole_store()
         if store is not None and self._vault is not None:
             await store.vault_delete([self.session_id])
@@ -245,11 +240,9 @@ class RedactCapabilities(PassingCapabilities):
     async def delete_written_before(self, older_than: float, *, batch_size: int = 500) -> int:
         return await self.below.delete_written_before(older_than, batch_size=batch_size)
 
-    async def read_tail(
-        self, n: int, *, wrapper: RunContextWrapper[Any] | None = None, shared: bool = False
-    ) -> Tail:
-        # Stored as read (redacted), so the caller's promise covers what is below.
-        return await self.below.read_tail(n, wrapper=wrapper, shared=shared)
+    async def read_tail(self, n: int, *, wrapper: RunContextWrapper[Any] | None = None) -> Tail:
+        # Stored as read (redacted): the layer below's items and write times are these.
+        return await self.below.read_tail(n, wrapper=wrapper)
 
     async def add_derived(
         self,

@@ -190,18 +190,23 @@ def test_step_and_keep_names_are_checked(options: dict[str, Any], message: str) 
 
 
 @pytest.mark.parametrize("keep_names", [0, 40])
-def test_keys_noted_for_masked_outputs_are_their_content_keys(keep_names: int) -> None:
-    """During a read, a masked output's key comes from a memo: it must be its own."""
-    from memstack.content_keys import content_key, known_keys
+def test_a_masked_outputs_key_names_what_it_holds(keep_names: int) -> None:
+    """Masking gives each item it replaces a key: equal keys must mean equal items, the
+    second time too (when the placeholder comes from the process cache)."""
+    from memstack.content_keys import content_key
 
     mask = Mask(keep_names=keep_names)
+    seen: dict[bytes, dict[str, Any]] = {}
     for text in (BIG, BIG + "changed", BIG):  # the same placeholder over other outputs
         # c9 repeats c1's call: the same placeholder stands for a different output item.
         again = [call("c9", "read_file", path="a.py"), output("c9")]
         items = [*history()[:4], *again, *history()[4:], user("later")]
         items[3] = output("c1", text)
-        for _ in range(2):  # the second time from the memo
-            with known_keys():
-                masked = mask.apply(items)
-                noted = [content_key(item) for item in masked]
-            assert noted == [content_key(dict(item)) for item in masked]
+        keys: list[bytes | None] = [content_key(item) for item in items]
+        for _ in range(2):
+            masked, masked_keys = mask.apply_keyed(items, keys)
+            assert masked == mask.apply(items)
+            for item, key in zip(masked, masked_keys, strict=True):
+                assert key is not None
+                assert seen.setdefault(key, dict(item)) == item
+            assert masked_keys != keys  # some outputs were masked, with keys of their own

@@ -211,9 +211,9 @@ def test_a_read_hashes_only_what_locates_the_record(monkeypatch: pytest.MonkeyPa
     stored = [*items[:300], compaction(items[:300], 200), *items[300:]]
     hashed: list[int] = []
 
-    def counting_hash(item: dict[str, Any]) -> str:
+    def counting_hash(item: dict[str, Any], key: bytes | None = None) -> str:
         hashed.append(1)
-        return item_hash(item)
+        return item_hash(item, key)
 
     monkeypatch.setattr(view_module, "item_hash", counting_hash)
     seen = view(stored)

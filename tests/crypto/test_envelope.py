@@ -195,10 +195,11 @@ class CountingAead:
 
 
 def counting(reader: SessionCipher, kid: str) -> CountingAead:
-    reader.open(reader.seal(SHORT))  # derive the key once
-    real, aad = reader._aeads[kid]
-    spy = CountingAead(real)
-    reader._aeads[kid] = (spy, aad)  # type: ignore[assignment]
+    reader.open(reader.seal(SHORT))  # derive the key once (kept in the process cache)
+    known = reader._aead(kid)
+    assert known is not None
+    spy = CountingAead(known.aead)
+    known.aead = spy  # type: ignore[assignment]
     return spy
 
 
@@ -235,13 +236,18 @@ def test_the_cache_never_answers_for_another_key_id_or_a_tampered_envelope() -> 
         sealer.open(rebuild(envelope, bytes(flipped)))
 
 
-def test_the_cache_is_bounded_by_the_characters_it_holds() -> None:
-    from memstack.crypto.envelope import OpenedCache
+def test_opened_items_live_under_the_process_budget() -> None:
+    from memstack import cache
 
-    cache = OpenedCache(max_chars=800)
-    for n in range(50):
-        cache.put("k", f"ct{n}", b"x" * 90)
-    assert cache._chars <= 800 and len(cache._entries) == 8
-    assert cache.get("k", "ct49") is not None and cache.get("k", "ct0") is None
-    cache.put("k", "huge", b"y" * 200)  # over an eighth of the bound: not kept
-    assert cache.get("k", "huge") is None
+    cache.clear()
+    cache.configure(max_bytes=64_000)
+    try:
+        reader = cipher()
+        for n in range(200):
+            reader.open(reader.seal({"role": "user", "content": f"item {n} " + "x" * 50}))
+        assert cache.total_bytes() <= 64_000
+        assert cache.stats()["envelopes"].evictions > 0
+    finally:
+        cache.configure(max_bytes=cache.DEFAULT_MAX_BYTES)
+
+

@@ -176,7 +176,7 @@ async def test_reads_stay_bounded_on_a_long_history(store: Any) -> None:
     view = await session.get_items()
     assert len(view) <= 40 and view[-4:] == items[-4:]
     # One read of the tail since the last compaction (and a count where there is one).
-    assert len(inner.limits) == 1 and inner.limits[0] <= 64
+    assert len(inner.limits) == 1 and inner.limits[0] <= 128  # a first read, not 2000
     assert await raw_items(session) == items
 
 

@@ -763,6 +763,10 @@ class StampingLayer(SessionLayer):
             self.times.pop()
         return item
 
+    async def shape(self, below: Tail, wrapper: Any) -> Tail:
+        times = self.times[len(self.times) - len(below.items) :]
+        return Tail(below.items, times, below.keys, below.complete)
+
     def storage_capabilities(self) -> StampingCapabilities:
         return StampingCapabilities(self)
 
@@ -772,10 +776,6 @@ class StampingCapabilities(PassingCapabilities):
 
     def __init__(self, session: StampingLayer) -> None:
         super().__init__(session, capabilities_of(session.inner))
-
-    async def read_tail(self, n: int, *, wrapper: Any = None) -> Tail:
-        items = await self.session.inner.get_items(n)
-        return Tail(list(items), list(self.session.times[len(self.session.times) - len(items) :]))
 
     async def add_derived(
         self, items: Any, *, derived_from: float | None, wrapper: Any = None
@@ -814,7 +814,7 @@ async def test_derived_items_are_sealed_and_keep_their_date_on_the_way_down() ->
     await capabilities_of(encrypted(below)).add_derived(summary, derived_from=42.0)
     assert below.times == [42.0] and "older things" not in str(below.inner.rows)  # type: ignore[attr-defined]
     tail = await capabilities_of(encrypted(below)).read_tail(1)
-    assert tail == Tail(summary, [42.0])
+    assert (tail.items, tail.written_at) == (summary, [42.0])
 
 
 async def test_a_failed_pop_leaves_the_item_where_it_was() -> None:
@@ -963,17 +963,3 @@ async def test_a_store_failure_during_a_read_names_the_layer(ttl: bool, limit: i
             assert caught.value.__cause__ is not None
     finally:
         await store.engine.dispose()
-
-
-@pytest.mark.parametrize("ttl", [False, True], ids=["on the store", "over TTL"])
-async def test_rows_a_reuse_holds_are_read_as_shared(sqlite_store: Store, ttl: bool) -> None:
-    """What only a ``Reuse`` vouches for is still shared where it does (SQL stores)."""
-    store = sqlite_store.open("shared-rows")
-    session = encrypted(TTLSession(store, ttl=3600) if ttl else store)
-    await session.add_items(sample_items(3))  # type: ignore[arg-type]
-    caps = capabilities_of(session.inner)
-    first = await session.tail_below(caps, 3, None)
-    again = await session.tail_below(caps, 3, None)
-    assert first.shared and again.shared
-    assert all(a is b for a, b in zip(first.items, again.items, strict=True))
-    assert not (await capabilities_of(session).read_tail(3)).shared  # opened: the caller's

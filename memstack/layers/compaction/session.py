@@ -22,9 +22,10 @@ not what is kept. ``Mask`` rewrites the view on each read; ``Summarize`` (any mo
 ``ResponsesCompact`` (OpenAI's ``responses.compact``) writes one record standing for older
 units when the ``trigger`` fires after ``add_items``, or on ``compact()``. The policy is
 pure, in ``memstack.compaction``: options in ``config``, the stored format in ``records``,
-what a read shows in ``view``, where to cut in ``plan``. ``reader`` reads the
-tail; this file asks them, calls the strategy and writes. What users can rely on (modes,
-crashes, pop and expiry, ``on_error``) is in README ("Compaction").
+what a read shows in ``view``, where to cut in ``plan``. This file asks them, calls the
+strategy and writes; reads go through the stack's one loop (``memstack.pipeline``).
+What users can rely on (modes, crashes, pop and expiry, ``on_error``) is in README
+("Compaction").
 """
 
 from __future__ import annotations
@@ -36,9 +37,10 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import aiologic
 from agents.memory import OpenAIConversationsSession
-from agents.memory.session_settings import resolve_session_limit
 
+import memstack.cache as cache
 from memstack.backends.adapters import capabilities_of
+from memstack.backends.capabilities import Tail
 from memstack.backends.translate import store_errors
 from memstack.base import SessionLayer
 from memstack.compaction.config import CompactionOptions
@@ -46,8 +48,10 @@ from memstack.compaction.masking import Mask
 from memstack.compaction.plan import Plan, anchors_after, decide
 from memstack.compaction.records import Record, RecordFormatError, is_record, parse_record, pop_last
 from memstack.compaction.strategies import Compactor
-from memstack.compaction.triggers import Estimate, Trigger, after_write
-from memstack.compaction.view import Resolution
+from memstack.compaction.triggers import Estimate, Tokens, Trigger, after_write
+from memstack.compaction.view import Need as ResolveNeed
+from memstack.compaction.view import Resolution, resolve
+from memstack.content_keys import derived_key
 from memstack.errors import (
     CapabilityError,
     CompactionWarning,
@@ -55,11 +59,11 @@ from memstack.errors import (
     ItemValidationError,
     SummarizerError,
 )
-from memstack.layers.compaction.reader import TailReader
-from memstack.tokens import ItemCounter, TokenCounter
+from memstack.history import stored_items
+from memstack.pipeline import Need
+from memstack.tokens import ItemCounter, TokenCounter, counts
 
 if TYPE_CHECKING:
-    from agents.items import TResponseInputItem
     from agents.memory import Session
     from agents.run_context import RunContextWrapper
 
@@ -75,7 +79,6 @@ class CompactionSession(SessionLayer):
     """Shows the model masked tool outputs and a summary instead of old history."""
 
     layer_name = "compaction"
-    alters_what_it_reads = False
     view_only = True
     transforms_items = True
 
@@ -114,9 +117,15 @@ class CompactionSession(SessionLayer):
         # loop (Runner.run_sync in workers), share one session, so a stack must allow it.
         self._lock = aiologic.Lock()  # one compaction at a time
         self._write_lock = aiologic.Lock()  # this process's writes vs. placing a record
-        self.reader = TailReader(inner, layer=type(self).__name__)
-        # The trigger's measure as of the last full check, plus this process's writes.
-        self._estimate: Estimate | None = None
+        # The trigger's measure of the view, as of the last read, for the whole process.
+        self._measured = (
+            "compaction measure",
+            type(self.backend).__name__,
+            self.session_id,
+            repr(self.trigger),
+            repr(self.mask),
+            getattr(self.counter, "way", id(self.counter)),
+        )
 
     def _check_store(self, options: CompactionOptions) -> None:
         """The two rules that depend on the store below, not on the options alone."""
@@ -135,61 +144,111 @@ class CompactionSession(SessionLayer):
                 layer=name,
             )
 
-    # -- Session ------------------------------------------------------------------------
-    async def get_items(
-        self, limit: int | None = None, *, wrapper: RunContextWrapper[Any] | None = None
-    ) -> list[TResponseInputItem]:
-        """The view (summary, then uncovered items, masked); with ``limit``, its last items."""
-        res, _ = await self.reader.read(wrapper)
-        view = self.filter_model_input(res.view)
-        limit = resolve_session_limit(limit, self.session_settings)
-        if limit is None:
-            return view  # type: ignore[return-value]
-        return view[-limit:] if limit > 0 else []  # type: ignore[return-value]
+    # -- the layer protocol -------------------------------------------------------------
+    async def shape(self, below: Tail, wrapper: RunContextWrapper[Any] | None) -> Tail | Need:
+        """The view: the summary, then the uncovered items, masked."""
+        res = await self._resolve(below)
+        if res is None:
+            return Need.MORE
+        tail = self._view(res, below)
+        if self.trigger is not None:
+            measure = sum(self._weights(tail))
+            cache.put(self._measured, Estimate(measure), weight=64)
+        return tail
 
-    async def add_items(
-        self, items: list[TResponseInputItem], *, wrapper: RunContextWrapper[Any] | None = None
-    ) -> None:
+    async def _resolve(self, below: Tail) -> Resolution | None:
+        """``below`` resolved (the record that applies and what it leaves); None: read more."""
+        window = stored_items(below.items, layer=type(self).__name__, session_id=self.session_id)
+        # The generic adapter, and a TTL layer's (it counts live items), count by reading
+        # everything, which would make every read read the whole history. The generic
+        # one's store cannot drop its oldest items atomically, and a retention layer dates
+        # the record to expire with them (``add_derived``), so there the first covered
+        # item is checked only when the read reaches it.
+        caps = capabilities_of(self.inner)
+        trust_first = not caps.counts_cheaply
+        res = resolve(window, complete=below.complete, trust_first=trust_first, keys=below.keys)
+        if res is ResolveNeed.SIZE:
+            stored = await caps.count()
+            res = resolve(window, complete=below.complete, store_size=stored, keys=below.keys)
+        return res if isinstance(res, Resolution) else None
+
+    def _view(self, res: Resolution, below: Tail) -> Tail:
+        head = res.head
+        record_key = below.keys[res.record_index] if res.record is not None else None
+        head_keys = [
+            None if record_key is None else derived_key(record_key, b"summary %d" % i)
+            for i in range(len(head))
+        ]
+        raw, raw_keys = res.raw, [below.keys[i] for i in res.raw_indices]
+        if self.mask is not None:
+            raw, raw_keys = self.mask.apply_keyed(raw, raw_keys)
+        return Tail(
+            [*head, *raw],
+            [None] * len(head) + [below.written_at[i] for i in res.raw_indices],
+            [*head_keys, *raw_keys],
+            complete=True,
+            reach=below.reach_from(len(res.window) - res.depth),
+        )
+
+    def _weights(self, view: Tail) -> list[int]:
+        assert self.trigger is not None
+        if isinstance(self.trigger, Tokens):
+            count = counts(self.counter, view.items, view.keys)
+            return [count(i) for i in range(len(view.items))]
+        return self.trigger.weights(view.items, self.counter)
+
+    async def write(self, items: Sequence[Any], wrapper: RunContextWrapper[Any] | None) -> None:
         if any(is_record(item) for item in items):
             raise ItemValidationError(
                 "items of type 'memstack.compaction' are written by this layer only",
                 layer=type(self).__name__,
             )
         async with self._write_lock:
-            await self.inner.add_items(items, **self.forward(wrapper))
+            await self.write_below(items, wrapper)
         if items and self.trigger is not None and not self._lock.locked():
-            self._estimate = after_write(self._estimate, self.trigger, items, self.counter)
-            if self._estimate is None:
+            known = cache.get(self._measured)
+            estimate = None if known is cache.MISSING else known
+            estimate = after_write(estimate, self.trigger, items, self.counter)
+            if estimate is None:
                 await self._auto_compact(wrapper)
+            else:
+                cache.put(self._measured, estimate, weight=64)
 
-    async def pop_item(
-        self, *, wrapper: RunContextWrapper[Any] | None = None
-    ) -> TResponseInputItem | None:
+    async def pop(self, wrapper: RunContextWrapper[Any] | None) -> Any:
         """The newest item; a compaction record met on the way is removed, not returned."""
-        self._estimate = None
+        cache.put(self._measured, None, weight=0)
         async with self._write_lock:
-            return await self._pop(wrapper)
+            while True:
+                item = await self.pop_below(wrapper)
+                if item is None or not is_record(item):
+                    return item
+                try:
+                    record = parse_record(item)
+                except RecordFormatError:
+                    continue
+                if record.anchors is None:  # rewrite mode: the record is the oldest history
+                    last, shorter = pop_last(record)
+                    if shorter is not None:  # two writes: only a crash between them loses it
+                        await self.write_below([shorter.to_item()], wrapper)
+                    return last
 
-    async def clear_session(self, *, wrapper: RunContextWrapper[Any] | None = None) -> None:
-        self._estimate = None
+    async def clear(self, wrapper: RunContextWrapper[Any] | None) -> None:
+        cache.put(self._measured, None, weight=0)
         async with self._write_lock:
-            await self.inner.clear_session(**self.forward(wrapper))
+            await self.clear_below(wrapper)
 
-    async def _pop(self, wrapper: RunContextWrapper[Any] | None) -> TResponseInputItem | None:
-        while True:
-            item = await self.inner.pop_item(**self.forward(wrapper))
-            if item is None or not is_record(item):
-                return item
-            try:
-                record = parse_record(item)
-            except RecordFormatError:
-                continue
-            if record.anchors is None:  # rewrite mode: the record is the oldest history
-                last, shorter = pop_last(record)
-                if shorter is not None:  # two writes: only a crash between them loses it
-                    stored: Any = [shorter.to_item()]
-                    await self.inner.add_items(stored, **self.forward(wrapper))
-                return last  # type: ignore[return-value]
+    async def _read(
+        self, wrapper: RunContextWrapper[Any] | None, *, complete: bool = False
+    ) -> tuple[Resolution, Tail]:
+        """The history below, resolved, read back as far as needed (all of it: ``complete``)."""
+
+        async def resolved(below: Tail) -> tuple[Resolution, Tail] | None:
+            if complete and not below.complete:
+                return None
+            res = await self._resolve(below)
+            return None if res is None else (res, below)
+
+        return await self.read_below(resolved, wrapper)
 
     # -- compaction ---------------------------------------------------------------------
     async def compact(self, *, wrapper: RunContextWrapper[Any] | None = None) -> Record | None:
@@ -224,7 +283,7 @@ class CompactionSession(SessionLayer):
     ) -> Record | None:
         assert self.compactor is not None
         rewrite = self.mode == "rewrite"
-        res, times = await self.reader.read(wrapper, complete=rewrite)
+        res, below = await self._read(wrapper, complete=rewrite)
         masked = self.filter_model_input(res.raw)
         step = decide(
             res,
@@ -235,7 +294,8 @@ class CompactionSession(SessionLayer):
             force=force,
         )
         # Carried across later writes only when measured afresh; a compaction changes the view.
-        self._estimate = step if isinstance(step, Estimate) else None
+        cache.put(self._measured, step if isinstance(step, Estimate) else None, weight=64)
+        times = below.written_at
         if not isinstance(step, Plan):
             if step is None:
                 logger.debug("nothing to compact: every uncovered unit is kept verbatim")
@@ -263,7 +323,7 @@ class CompactionSession(SessionLayer):
         # (the items since the covered ones) is exact; another process appending in that
         # instant only voids the record (reads then ignore it), it never hides an item.
         async with self._write_lock:
-            current, _ = await self.reader.read(wrapper)
+            current, _ = await self._read(wrapper)
             anchors = anchors_after(current, plan)
             if anchors is None:
                 return None

@@ -17,17 +17,15 @@ predicate.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from memstack.backends.adapters import capabilities_of
 from memstack.backends.capabilities import (
-    READ_ALL,
     Item,
     PassingCapabilities,
     Predicate,
     StorageCapabilities,
-    Tail,
     check_replacement,
 )
 
@@ -44,17 +42,9 @@ class SealingLayer(Protocol):
     inner: Session
     session_id: str
 
-    async def tail_below(
-        self, caps: StorageCapabilities, n: int, wrapper: RunContextWrapper[Any] | None
-    ) -> Tail: ...
-
     def seal(self, items: Sequence[object]) -> list[dict[str, Any]]: ...
 
     def open(self, stored: object) -> dict[str, Any]: ...
-
-    async def newest_readable(
-        self, n: int | None, fetch: Callable[[int | None], Awaitable[Tail]]
-    ) -> Tail: ...
 
     async def stored(self, caps: StorageCapabilities | None = None) -> list[Item]: ...
 
@@ -78,18 +68,6 @@ class EncryptedCapabilities(PassingCapabilities):
         if len(stored) < n or [self.session.open(value) for value in stored] != list(expect):
             return False
         return await self.below.replace_oldest(n, sealed, expect=stored)
-
-    async def read_tail(
-        self, n: int, *, wrapper: RunContextWrapper[Any] | None = None, shared: bool = False
-    ) -> Tail:
-        # One item per envelope: the write times from below stay aligned with the items.
-        # Every item is opened anew, so the envelopes below may be shared ones.
-        layer, below = self.session, self.below
-
-        async def fetch(size: int | None) -> Tail:
-            return await layer.tail_below(below, READ_ALL if size is None else size, wrapper)
-
-        return await self.session.newest_readable(n, fetch)
 
     async def add_derived(
         self,

@@ -27,24 +27,17 @@ below still see, and what each option changes.
 
 from __future__ import annotations
 
-import copy
-import functools
 import logging
-from collections.abc import Awaitable, Callable, Sequence
-from typing import TYPE_CHECKING, Annotated, Any, Literal, Self, cast
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Self
 
 from agents.memory import Session
 from pydantic import Field, PrivateAttr, model_validator
 
 from memstack.backends.adapters import capabilities_of
-from memstack.backends.capabilities import (
-    Item,
-    StorageCapabilities,
-    Tail,
-    read_shared_tail,
-)
-from memstack.backends.reuse import Reuse
-from memstack.base import SessionLayer, limit_arg
+from memstack.backends.capabilities import Item, StorageCapabilities, Tail
+from memstack.base import SessionLayer
+from memstack.content_keys import derived_keys
 from memstack.crypto.envelope import SessionCipher, is_envelope
 from memstack.crypto.keys import KeyProvider, Keyring
 from memstack.crypto.legacy import SDK_KID, SdkEnvelopeReader, is_sdk_envelope
@@ -52,9 +45,9 @@ from memstack.crypto.reseal import read_stored, reseal
 from memstack.errors import ConfigurationError, DecryptionError
 from memstack.layers.encrypted.capabilities import EncryptedCapabilities
 from memstack.options import Flag, Options, Size
+from memstack.pipeline import Need
 
 if TYPE_CHECKING:
-    from agents.items import TResponseInputItem
     from agents.run_context import RunContextWrapper
 
 __all__ = ["EncryptedCapabilities", "EncryptedSession"]
@@ -103,7 +96,6 @@ class EncryptedSession(SessionLayer):
     """Stores every item as an authenticated, encrypted envelope."""
 
     layer_name = "encrypted"
-    alters_what_it_reads = False
     transforms_items = True
 
     def __init__(
@@ -141,12 +133,6 @@ class EncryptedSession(SessionLayer):
             layer=name,
         )
         self._cipher.check_active_key()
-        # Every item is opened anew from its envelope, so what is below may hand this layer
-        # envelopes it shares between reads (a TTL layer's ``read_tail(shared=True)``, a
-        # store's ``read_values(reuse=…)``), which are then recognised by identity. Not for
-        # a subclass with an ``open`` of its own: it may pass a value through.
-        self.opens_shared = type(self).open is EncryptedSession.open
-        self._reuse = Reuse()  # the store's rows, when this layer sits on the store itself
         self._legacy = (
             None
             if options.legacy_sdk_key is None
@@ -155,22 +141,29 @@ class EncryptedSession(SessionLayer):
 
     # -- items in and out -------------------------------------------------------------------
     def seal(self, items: Sequence[object]) -> list[dict[str, Any]]:
-        return [self._cipher.seal(item, index=index) for index, item in enumerate(items)]
+        return self._cipher.seal_all(items)
 
     def open(self, stored: object) -> dict[str, Any]:
         """The item behind one stored value; ``DecryptionError`` if it cannot be trusted."""
-        return self._open(stored, shared=False)
+        return self._opened([stored])[0]
 
-    def opener(self, tail: Tail) -> Callable[[object], dict[str, Any]]:
-        """How to open ``tail``'s values: shared ones (``tail_below``) by identity when
-        opened before; each call returns a fresh item."""
-        return functools.partial(self._open, shared=True) if tail.shared else self.open
+    def open_all(self, stored: Sequence[object]) -> list[dict[str, Any]]:
+        """The items behind stored values (read-only: they may be the process cache's).
 
-    def _open(self, stored: object, *, shared: bool) -> dict[str, Any]:
-        if shared and (seen := self._cipher.reopen(stored)) is not None:
-            return seen
+        A subclass with an ``open`` of its own has each value opened by it.
+        """
+        if type(self).open is not EncryptedSession.open:
+            return [self.open(value) for value in stored]
+        return self._opened(stored)
+
+    def _opened(self, stored: Sequence[object]) -> list[dict[str, Any]]:
+        if all(is_envelope(value) for value in stored):  # the hot path: one batch
+            return self._cipher.open_all(stored)
+        return [self._open_other(value) for value in stored]
+
+    def _open_other(self, stored: object) -> dict[str, Any]:
         if is_envelope(stored):
-            return self._cipher.open(stored, shared=shared)
+            return self._cipher.open(stored)
         if is_sdk_envelope(stored):
             if self._legacy is None:
                 raise self._cipher.error(
@@ -180,99 +173,50 @@ class EncryptedSession(SessionLayer):
                 )
             return self._legacy.open(stored)
         if self.allow_plaintext and isinstance(stored, dict):
-            return copy.deepcopy(stored)  # never the value below itself: it may be shared
+            return stored  # read-only like every value read: never cached as opened
         raise self._cipher.error(
             "found a plaintext item where an encrypted envelope belongs (history written "
             "before encryption? seal it with adopt() or `memstack adopt`; or pass "
             "allow_plaintext=True to read such items)"
         )
 
-    async def newest_readable(
-        self, n: int | None, fetch: Callable[[int | None], Awaitable[Tail]]
-    ) -> Tail:
-        """The newest ``n`` items (all with None) of what ``fetch(size)`` reads, opened.
-
-        With ``unreadable="skip"`` a limit counts readable items, so a layer above that
-        reads a tail of ``n`` and gets fewer never takes that for the start of the history:
-        the read goes further back for each item skipped.
-        """
-        if self.unreadable == "raise":  # the hot path: one pass, nothing to skip
-            tail = await fetch(n)
-            return Tail(list(map(self.opener(tail), tail.items)), tail.written_at)
-        size = n
-        while True:
-            tail = await fetch(size)
-            opened = self._readable(tail.items, self.opener(tail))
-            if size is None or size <= 0 or len(opened) >= size or len(tail.items) < size:
-                break
-            size *= 2
-        if n is not None and n > 0:
-            opened = opened[-n:]
-        return Tail([item for _, item in opened], [tail.written_at[i] for i, _ in opened])
-
-    async def tail_below(
-        self, caps: StorageCapabilities, n: int, wrapper: RunContextWrapper[Any] | None
-    ) -> Tail:
-        """The newest ``n`` values below (through ``caps``): shared ones if ``opens_shared``."""
-        if not self.opens_shared:
-            return await caps.read_tail(n, wrapper=wrapper)
-        if isinstance(self.inner, SessionLayer):
-            return await read_shared_tail(caps, n, wrapper=wrapper)
-        values = await caps.read_values(n, reuse=self._reuse, wrapper=wrapper)
-        # Shared only if ``Reuse`` holds them all: an adapter that reads ``get_items``
-        # returns what the store returns, which may be objects it holds and changes.
-        return Tail.undated(values, shared=all(map(self._reuse.holds, values)))
-
-    def _readable(
-        self, stored: Sequence[object], open_one: Callable[[object], dict[str, Any]]
-    ) -> list[tuple[int, dict[str, Any]]]:
-        """Each readable stored value's index and item; the others are logged and left out."""
-        opened = []
-        for index, value in enumerate(stored):
+    def readable(self, tail: Tail) -> Tail:
+        """``tail`` opened; with ``unreadable="skip"`` the items that cannot be are left out
+        (logged), so a limit counts readable items and a read goes further back for each."""
+        keys = derived_keys(tail.keys, b"opened envelope")
+        if self.unreadable == "raise":
+            return Tail(self.open_all(tail.items), tail.written_at, keys, tail.complete, tail.reach)
+        kept, items = [], []
+        for index, value in enumerate(tail.items):
             try:
-                opened.append((index, open_one(value)))
+                items.append(self.open(value))
             except DecryptionError as exc:
                 logger.warning("skipping an unreadable item (unreadable='skip'): %s", exc)
-        return opened
+                continue
+            kept.append(index)
+        times = [tail.written_at[i] for i in kept]
+        return Tail(items, times, [keys[i] for i in kept], tail.complete, tail.reach)
 
-    async def get_items(
-        self, limit: int | None = None, *, wrapper: RunContextWrapper[Any] | None = None
-    ) -> list[TResponseInputItem]:
-        caps = capabilities_of(self.inner) if self.opens_shared else None
+    # -- the layer protocol -----------------------------------------------------------------
+    async def shape(self, below: Tail, wrapper: RunContextWrapper[Any] | None) -> Tail | Need:
+        return self.readable(below)
 
-        async def fetch(size: int | None) -> Tail:
-            if caps is not None and size is not None and size > 0:
-                return await self.tail_below(caps, size, wrapper)
-            return Tail.undated(
-                await self.inner.get_items(**limit_arg(size), **self.forward(wrapper))
-            )
+    async def write(self, items: Sequence[Any], wrapper: RunContextWrapper[Any] | None) -> None:
+        await self.write_below(self.seal(items), wrapper)
 
-        tail = await self.newest_readable(limit, fetch)
-        return cast("list[TResponseInputItem]", tail.items)
-
-    async def add_items(
-        self, items: list[TResponseInputItem], *, wrapper: RunContextWrapper[Any] | None = None
-    ) -> None:
-        sealed = cast("list[TResponseInputItem]", self.seal(items))
-        await self.inner.add_items(sealed, **self.forward(wrapper))
-
-    async def pop_item(
-        self, *, wrapper: RunContextWrapper[Any] | None = None
-    ) -> TResponseInputItem | None:
+    async def pop(self, wrapper: RunContextWrapper[Any] | None) -> Any:
         # Popping must not destroy what cannot be read: look at the newest item first, so
         # an unreadable one stays where it is, with its write time, and the pop fails.
-        newest = await self.tail_below(capabilities_of(self.inner), 1, wrapper)
-        open_one = self.opener(newest)
-        for value in newest.items:
-            open_one(value)  # raises if it cannot be read
-        stored = await self.inner.pop_item(**self.forward(wrapper))
+        newest = await self.newest_below(1, wrapper)
+        self.open_all(newest.items[-1:])  # raises if it cannot be read
+        stored = await self.pop_below(wrapper)
         if stored is None:
             return None
         try:
-            return cast("TResponseInputItem", self.open(stored))
+            return self.open(stored)
         except DecryptionError:
             # Another writer put it there since the look: put it back, then fail.
-            await self.inner.add_items([stored], **self.forward(wrapper))
+            await self.write_below([stored], wrapper)
             raise
 
     # -- capabilities and maintenance --------------------------------------------------------

@@ -25,7 +25,8 @@ from typing import Any
 from agents.memory import Session
 
 from memstack.backends.adapters import capabilities_of
-from memstack.backends.capabilities import READ_ALL, GenericCapabilities
+from memstack.backends.capabilities import GenericCapabilities
+from memstack.base import stored_values
 from memstack.errors import CapabilityError, ConfigurationError
 from memstack.history import split_units
 from memstack.layers.ttl.record import MARKER, read_record, write_record
@@ -110,7 +111,7 @@ async def adopt_history(
             )
         caps = GenericCapabilities(store, allow_non_atomic=True)
     for _ in range(max_attempts):
-        stored: list[Any] = list(await store.get_items(limit=READ_ALL))
+        stored: list[Any] = await stored_values(store)
         n = through_last_unstamped(stored)
         if n == 0:
             return 0

@@ -11,9 +11,9 @@ history and hand the store what they read as ``expect``: a concurrent change mak
 retry or fail, never lose an item. Replacements keep the stamps of what they replace:
 one for one (re-encryption), each record keeps its own; otherwise an item that is one of
 those replaced keeps its own, and anything new (a summary) takes the oldest stamp
-replaced. ``read_tail`` returns live items with the time each one's expiry counts from,
-and ``add_derived`` stamps new items with the oldest time they derive from: derived data
-never outlives its sources.
+replaced. ``read_tail`` returns live items with the time each one's expiry counts from
+(the layer's view), and ``add_derived`` stamps new items with the oldest time they derive
+from: derived data never outlives its sources.
 """
 
 from __future__ import annotations
@@ -26,11 +26,10 @@ from memstack.backends.capabilities import (
     Item,
     Predicate,
     StorageCapabilities,
-    Tail,
     check_replacement,
 )
 from memstack.errors import CapabilityError
-from memstack.layers.ttl.policy import Snapshot, known_time
+from memstack.layers.ttl.policy import Snapshot
 from memstack.layers.ttl.record import Stamp, UnknownRecord, read_record, write_record
 
 if TYPE_CHECKING:
@@ -43,12 +42,6 @@ class RetentionLayer(Protocol):
 
     inner: Session
     session_id: str
-
-    def forward(self, wrapper: RunContextWrapper[Any] | None) -> dict[str, Any]: ...
-
-    async def scan(
-        self, want: int | None, forward: dict[str, Any], *, shared: bool = False
-    ) -> Snapshot: ...
 
     async def add_derived(
         self,
@@ -84,18 +77,7 @@ class TTLCapabilities(StorageCapabilities):
         return self.below.atomic
 
     async def count(self) -> int:
-        return len((await self.session.scan(None, {})).visible)
-
-    async def read_tail(
-        self, n: int, *, wrapper: RunContextWrapper[Any] | None = None, shared: bool = False
-    ) -> Tail:
-        if n <= 0:
-            return Tail([], [])
-        scan = await self.session.scan(n, self.session.forward(wrapper), shared=shared)
-        live = scan.view(n)
-        return Tail(
-            [stamp.item for stamp in live], [known_time(stamp) for stamp in live], scan.shared
-        )
+        return len((await self.session.snapshot()).visible)
 
     async def add_derived(
         self,

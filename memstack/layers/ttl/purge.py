@@ -26,6 +26,7 @@ from datetime import timedelta
 
 from agents.memory import Session
 
+import memstack.cache as cache
 from memstack.backends.adapters import capabilities_of
 from memstack.backends.capabilities import Predicate
 from memstack.errors import BackendError, CapabilityError
@@ -44,17 +45,28 @@ class _PurgeOptions(Options):
 
 @dataclass
 class PurgeSchedule:
-    """When a write may purge: every ``every`` seconds (None: never), while the store can."""
+    """When a write may purge: every ``every`` seconds (None: never), while the store can.
+
+    With ``place`` (the session's store and id), the time of the last purge is kept for
+    the whole process (``memstack.cache``): stacks built per request purge no more often
+    than one long-lived stack.
+    """
 
     every: float | None
     last: float = -math.inf
     can_delete: bool = True  # False once the store turned out to be skip-only
 
-    def due(self, now: float) -> bool:
+    def due(self, now: float, *, place: tuple[str, ...] | None = None) -> bool:
         """Whether a purge runs now; if so, the next one waits ``every`` seconds."""
-        if self.every is None or not self.can_delete or now - self.last < self.every:
+        if self.every is None or not self.can_delete:
+            return False
+        slot = None if place is None else ("purged", *place)
+        last = self.last if slot is None else cache.get(slot)
+        if last is not cache.MISSING and now - last < self.every:
             return False
         self.last = now
+        if slot is not None:
+            cache.put(slot, now, weight=64)
         return True
 
 
@@ -95,13 +107,14 @@ async def purge_head(
     batch_size: int,
     layer: str | None = None,
     session_id: str | None = None,
+    place: tuple[str, ...] | None = None,
 ) -> None:
     """After a write, on ``schedule``: the expired head of the history, ``batch_size`` at most.
 
     Best effort: the write already succeeded, so failures only log; a store that cannot
     delete turns the schedule off.
     """
-    if not schedule.due(now):
+    if not schedule.due(now, place=place):
         return
     try:
         await delete_records(

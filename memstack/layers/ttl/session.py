@@ -33,33 +33,42 @@ retention job purges with ``TTLSession(store, ttl=…).purge_expired()`` and no 
 encryption the records are sealed; a job without the key can only use the store's own
 write times: ``purge_written_before(store, older_than=…)``.
 
-This file only wires: ``policy`` decides (pure), ``reader`` reads the tail,
-``purge`` deletes, ``adoption`` dates, ``capabilities`` serves layers above.
+This file only wires: ``policy`` decides (pure), ``purge`` deletes, ``adoption`` dates,
+``capabilities`` serves layers above; reads go through the stack's one loop
+(``memstack.pipeline``), which hands ``shape`` the newest records.
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Sequence
 from datetime import timedelta
-from typing import TYPE_CHECKING, Annotated, Any, Self, cast
+from typing import TYPE_CHECKING, Annotated, Any, Self
 
 from agents.memory import Session
-from agents.memory.session_settings import resolve_session_limit
 from pydantic import BeforeValidator, Field, model_validator
 
-from memstack.backends.capabilities import Predicate, StorageCapabilities
+from memstack.backends.capabilities import Predicate, StorageCapabilities, Tail
 from memstack.base import SessionLayer
-from memstack.layers.ttl.adoption import adopt_history
-from memstack.layers.ttl.policy import Expiry, Snapshot, new_records
+from memstack.content_keys import derived_key
+from memstack.errors import CapabilityError
+from memstack.history import is_output
+from memstack.layers.ttl.adoption import adopt_history, unstamped
+from memstack.layers.ttl.policy import (
+    Expiry,
+    Snapshot,
+    known_time,
+    new_records,
+    shows_open_unit,
+)
 from memstack.layers.ttl.purge import (
     PurgeSchedule,
     delete_records,
     purge_head,
     purge_written_before,
 )
-from memstack.layers.ttl.reader import TailReader
-from memstack.layers.ttl.record import UnknownRecord
+from memstack.layers.ttl.record import Stamp, UnknownRecord, read_record
 from memstack.options import (
     BatchSize,
     MaybeDuration,
@@ -67,12 +76,17 @@ from memstack.options import (
     Options,
     must_be_callable,
 )
+from memstack.pipeline import Need
 
 if TYPE_CHECKING:
-    from agents.items import TResponseInputItem
     from agents.run_context import RunContextWrapper
 
 __all__ = ["TTLSession", "purge_written_before"]
+
+logger = logging.getLogger("memstack.ttl")
+
+_CONTEXT = 4  # stored records a write reads first: the newest one, and any unit left open
+_WHOLE_FIRST = 256  # records a read of the whole history asks for first
 
 Seconds = float | int | timedelta
 Clock = Callable[[], float]
@@ -104,7 +118,6 @@ class TTLSession(SessionLayer):
     """Hides, then deletes, items older than ``ttl`` and sessions idle for ``idle_ttl``."""
 
     layer_name = "ttl"
-    alters_what_it_reads = False
     transforms_items = True
 
     def __init__(
@@ -130,7 +143,7 @@ class TTLSession(SessionLayer):
         self.purge_schedule = PurgeSchedule(options.purge_every)
         self.purge_batch = options.purge_batch
         self.expiry = Expiry(self.ttl, self.idle_ttl)
-        self.reader = TailReader(inner, self.expiry, layer=type(self).__name__)
+        self._adopting = True  # False once the store turned out unable to date items in place
 
     @property
     def purge_every(self) -> float | None:
@@ -140,19 +153,140 @@ class TTLSession(SessionLayer):
     def purge_every(self, value: Seconds | None) -> None:
         self.purge_schedule.every = _PurgeEvery.check(purge_every=value).purge_every
 
-    async def scan(
-        self, want: int | None, forward: dict[str, Any], *, shared: bool = False
-    ) -> Snapshot:
-        """Read the tail, growing it, until the newest ``want`` shown records are known.
+    def read(self, value: object) -> Stamp:
+        """One stored value's stamp; ``UnknownRecord`` naming the layer and session."""
+        try:
+            return read_record(value)
+        except UnknownRecord as exc:
+            raise UnknownRecord(
+                exc.reason, layer=type(self).__name__, session_id=self.session_id
+            ) from exc
 
-        ``shared``: the caller treats the records read-only and hands none on, so rows
-        unchanged since an earlier read come back as the same objects (``read_values``).
+    def resolve(self, stored: Tail, now: float) -> Snapshot:
+        """What the view shows of ``stored`` (the newest records below) at ``now``."""
+        return self.expiry.resolve(list(stored.items), now, whole=stored.complete, read=self.read)
+
+    # -- the layer protocol -----------------------------------------------------------------
+    async def shape(self, below: Tail, wrapper: RunContextWrapper[Any] | None) -> Tail | Need:
+        """The live items of ``below``, with when each one's expiry counts from.
+
+        Unstamped items (history written before this layer) are dated first, then read
+        again. Of an incomplete tail only what is decided shows: outputs at its head may
+        belong to a call before it that is dead.
         """
-        return await self.reader.scan(want, forward, now=self.clock(), shared=shared)
+        if self._adopting and any(map(unstamped, below.items)):
+            return await self._adopt_on_sight(self.clock())
+        snapshot = self.resolve(below, self.clock())
+        shown = snapshot.visible
+        if not snapshot.complete:
+            first = next(
+                (n for n, i in enumerate(shown) if not is_output(snapshot.stamp(i).item)),
+                len(shown),
+            )
+            shown = shown[first:]
+        stamps = [snapshot.stamp(index) for index in shown]
+        keys = below.keys
+        return Tail(
+            [stamp.item for stamp in stamps],
+            [known_time(stamp) for stamp in stamps],
+            [None if keys[i] is None else derived_key(keys[i], b"ttl record") for i in shown],  # type: ignore[arg-type]
+            snapshot.complete,
+            # A view that ends at a dead record needed that record, and nothing before it.
+            below.reach_from(snapshot.start - 1) if snapshot.start else below.reach,
+        )
 
+    async def write(self, items: Sequence[Any], wrapper: RunContextWrapper[Any] | None) -> None:
+        await self._write(items, wrapper, derived_from=None)
+
+    async def add_derived(
+        self,
+        items: Sequence[Any],
+        *,
+        derived_from: float | None,
+        wrapper: RunContextWrapper[Any] | None = None,
+    ) -> None:
+        """Append items derived from data written at ``derived_from``: they expire with it.
+
+        A summary must not outlive its sources. Its write time stays now: the write is
+        activity all the same. With ``derived_from=None``, the same as ``add_items``.
+        """
+        await self._write(items, wrapper, derived_from=derived_from)
+
+    async def _write(
+        self,
+        items: Sequence[Any],
+        wrapper: RunContextWrapper[Any] | None,
+        *,
+        derived_from: float | None,
+    ) -> None:
+        if not items:  # still the store's call: a closed or broken store says so
+            await self.write_below([], wrapper)
+            return
+        now = self.clock()
+        tail = await self._context(items, wrapper, now)
+        generation = self.expiry.next_generation(tail, now)
+        records = new_records(
+            tail, items, now=now, generation=generation, derived_from=derived_from
+        )
+        await self.write_below(records, wrapper)
+        await purge_head(
+            self.inner,
+            self.expiry.expired(generation, idle=False, now=now),
+            self.purge_schedule,
+            now=now,
+            batch_size=self.purge_batch,
+            layer=type(self).__name__,
+            session_id=self.session_id,
+            place=(type(self.backend).__name__, self.session_id),
+        )
+
+    async def _context(
+        self, items: Sequence[Any], wrapper: RunContextWrapper[Any] | None, now: float
+    ) -> list[Stamp]:
+        """The stored tail a new batch may continue: the newest record and any open unit."""
+
+        async def enough(stored: Tail) -> list[Stamp] | Need | None:
+            if self._adopting and any(map(unstamped, stored.items)):
+                return await self._adopt_on_sight(now)
+            tail = [self.read(value) for value in stored.items]
+            if stored.complete or shows_open_unit([stamp.item for stamp in tail], items):
+                return tail
+            return None
+
+        return await self.read_below(enough, wrapper, first=_CONTEXT, hinted=False)
+
+    async def pop(self, wrapper: RunContextWrapper[Any] | None) -> Any:
+        while True:
+            value = await self.pop_below(wrapper)
+            if value is None:
+                return None
+            try:
+                stamp = self.read(value)
+            except UnknownRecord:
+                # Popping must not destroy what could not be read: put it back, then fail.
+                await self.write_below([value], wrapper)
+                raise
+            now = self.clock()
+            if not (self.expiry.idle(stamp, now) or self.expiry.dead(stamp, stamp.generation, now)):
+                return stamp.item
+            # The newest record was dead, hence not shown; it is deleted now, which
+            # retention allows. Anything shown lies below it (unless it was a summary).
+            if not stamp.derived:
+                return None
+
+    # -- reading whole, for maintenance --------------------------------------------------------
     async def snapshot(self) -> Snapshot:
         """The whole stored history, for rewrites that must name what they replace."""
-        return await self.reader.snapshot(now=self.clock())
+        now = self.clock()
+
+        async def whole(stored: Tail) -> Snapshot | Need | None:
+            if not stored.complete:
+                return None
+            if self._adopting and any(map(unstamped, stored.items)):
+                return await self._adopt_on_sight(now)
+            return self.resolve(stored, now)
+
+        return await self.read_below(whole, None, first=_WHOLE_FIRST)
 
     async def adopt(self, *, allow_non_atomic: bool = False, max_attempts: int = 5) -> int:
         """Date every unstamped item (written before this layer, or around it); return how many.
@@ -170,78 +304,15 @@ class TTLSession(SessionLayer):
             layer=type(self).__name__,
         )
 
-    # -- the Session protocol -----------------------------------------------------------------
-    async def get_items(
-        self, limit: int | None = None, *, wrapper: RunContextWrapper[Any] | None = None
-    ) -> list[TResponseInputItem]:
-        limit = resolve_session_limit(limit, self.session_settings)
-        if limit is not None and limit <= 0:
-            return []
-        scan = await self.scan(limit, self.forward(wrapper))
-        return cast("list[TResponseInputItem]", [stamp.item for stamp in scan.view(limit)])
-
-    async def add_items(
-        self, items: list[TResponseInputItem], *, wrapper: RunContextWrapper[Any] | None = None
-    ) -> None:
-        await self._write(items, self.forward(wrapper), derived_from=None)
-
-    async def add_derived(
-        self,
-        items: Sequence[Any],
-        *,
-        derived_from: float | None,
-        wrapper: RunContextWrapper[Any] | None = None,
-    ) -> None:
-        """Append items derived from data written at ``derived_from``: they expire with it.
-
-        A summary must not outlive its sources. Its write time stays now: the write is
-        activity all the same. With ``derived_from=None``, the same as ``add_items``.
-        """
-        await self._write(items, self.forward(wrapper), derived_from=derived_from)
-
-    async def _write(
-        self, items: Sequence[Any], forward: dict[str, Any], *, derived_from: float | None
-    ) -> None:
-        if not items:  # still the store's call: a closed or broken store says so
-            await self.inner.add_items([], **forward)
-            return
-        now = self.clock()
-        tail = await self.reader.context(items, forward, now=now)
-        generation = self.expiry.next_generation(tail, now)
-        records = new_records(
-            tail, items, now=now, generation=generation, derived_from=derived_from
-        )
-        await self.inner.add_items(cast("list[TResponseInputItem]", records), **forward)
-        self.reader.wrote(len(records))
-        await purge_head(
-            self.inner,
-            self.expiry.expired(generation, idle=False, now=now),
-            self.purge_schedule,
-            now=now,
-            batch_size=self.purge_batch,
-            layer=type(self).__name__,
-            session_id=self.session_id,
-        )
-
-    async def pop_item(
-        self, *, wrapper: RunContextWrapper[Any] | None = None
-    ) -> TResponseInputItem | None:
-        forward = self.forward(wrapper)
-        value = await self.inner.pop_item(**forward)
-        if value is None:
-            return None
+    async def _adopt_on_sight(self, now: float) -> Need:
         try:
-            stamp = self.reader.read(value)
-        except UnknownRecord:
-            # Popping must not destroy what could not be read: put it back, then fail.
-            await self.inner.add_items([value], **forward)
-            raise
-        now = self.clock()
-        if self.expiry.idle(stamp, now) or self.expiry.dead(stamp, stamp.generation, now):
-            # The newest record was dead, hence not shown; it is deleted now, which
-            # retention allows. Anything shown lies below it.
-            return await self.pop_item(wrapper=wrapper) if stamp.derived else None
-        return cast("TResponseInputItem", stamp.item)
+            await adopt_history(self.inner, clock=lambda: now, layer=type(self).__name__)
+        except CapabilityError as exc:
+            # A skip-only store, or a history that kept changing: unstamped items stay,
+            # live, for this layer (the next one built tries again).
+            self._adopting = False
+            logger.info("unstamped items stay undated for now: %s", exc)
+        return Need.AGAIN
 
     # -- deleting ---------------------------------------------------------------------------
     async def purge_expired(self) -> int:
@@ -253,7 +324,7 @@ class TTLSession(SessionLayer):
         scan the rest. Raises ``CapabilityError`` when the store has no capability
         adapter: there expired items can only be skipped.
         """
-        plan = self.expiry.purge_plan(await self.scan(None, {}), self.reader.read)
+        plan = self.expiry.purge_plan(await self._until_expiry_ends(), self.read)
         if plan is None:
             return 0
         doomed, prefix = plan
@@ -266,12 +337,24 @@ class TTLSession(SessionLayer):
             session_id=self.session_id,
         )
 
+    async def _until_expiry_ends(self) -> Snapshot:
+        """The newest records back to the first dead one (all, when none is)."""
+        now = self.clock()
+
+        async def decided(stored: Tail) -> Snapshot | Need | None:
+            if self._adopting and any(map(unstamped, stored.items)):
+                return await self._adopt_on_sight(now)
+            snapshot = self.resolve(stored, now)
+            return snapshot if snapshot.complete else None
+
+        return await self.read_below(decided, None, first=_WHOLE_FIRST)
+
     async def expired_now(self) -> Predicate | None:
         """A test for stored records that are dead now; None when nothing is stored."""
-        newest = await self.inner.get_items(limit=1)
-        if not newest:
+        newest = await self.newest_below(1, None)
+        if not newest.items:
             return None
-        return self.expiry.expired_after(self.reader.read(newest[-1]), self.clock())
+        return self.expiry.expired_after(self.read(newest.items[-1]), self.clock())
 
     def storage_capabilities(self) -> StorageCapabilities:
         from memstack.layers.ttl.capabilities import TTLCapabilities

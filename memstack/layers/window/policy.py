@@ -24,7 +24,7 @@ from itertools import accumulate
 from typing import Any, Literal
 
 from memstack.history import cut_points, is_output, is_pinned, is_user_message, pair_key
-from memstack.tokens import ItemCounter, item_digest
+from memstack.tokens import ItemCounter, counts, item_digest
 
 __all__ = ["Align", "Budget", "Tail"]
 
@@ -103,8 +103,10 @@ class Tail:
         align: Align,
         pinned_lookback: int | None,
         counter: ItemCounter | None,
+        keys: Sequence[bytes | None] = (),
     ) -> None:
         self.items = items
+        self.keys = keys if len(keys) == len(items) else [None] * len(items)
         self.n = n = len(items)
         self.complete = complete
         ok = cut_points(items)
@@ -123,13 +125,12 @@ class Tail:
         self.plain = list(accumulate((not flag for flag in pinned), initial=0))
         # Lowest index a plan looked at: how much of the tail the answer needed.
         self.reach = n
-        self.counter = counter
-        self._weights: dict[int, int] = {}
-        if counter is not None:
-            self.tokens = Suffix(lambda i: counter.count_item(items[i]), n)
+        self.count = None if counter is None else counts(counter, items, self.keys)
+        if self.count is not None:
+            self.tokens = Suffix(self.count, n)
             self.pinned_tokens = [0]
             for i in self.pinned:
-                self.pinned_tokens.append(self.pinned_tokens[-1] + counter.count_item(items[i]))
+                self.pinned_tokens.append(self.pinned_tokens[-1] + self.count(i))
 
     # -- measures ---------------------------------------------------------------------
     def turns(self, start: int, end: int) -> int:
@@ -288,7 +289,8 @@ class Tail:
                 return start, False
             # Chance proportional to the weight of the span that ends here, so anchors
             # are about _ANCHOR_SPACING budgets apart whatever the budget's unit.
-            draw = int.from_bytes(item_digest(self.items[start])[:8], "big") / 2.0**64
+            digest = item_digest(self.items[start], self.keys[start])
+            draw = int.from_bytes(digest[:8], "big") / 2.0**64
             if draw < self.share(previous, start, budget) / _ANCHOR_SPACING:
                 return start, True
         return (candidates[0], False) if self.complete else None
@@ -304,17 +306,19 @@ class Tail:
             share = max(share, (self.tokens(start) - self.tokens(end)) / budget.tokens)
         return share
 
-    def view(self, start: int) -> list[Item]:
+    def shown(self, start: int) -> list[int]:
+        """Indices of the view starting at ``start``: pinned items and the task before it."""
         kept = [i for i in self.pinned if i < start]
         task = self.task(start, self.n)
         if task is not None:
             kept.append(task)  # after every pinned item before it, before any after it
             kept.sort()
-        return [*(self.items[i] for i in kept), *self.items[start:]]
+        return [*kept, *range(start, self.n)]
+
+    def view(self, start: int) -> list[Item]:
+        return [self.items[i] for i in self.shown(start)]
 
     def weight(self, index: int) -> int:
-        """Tokens of one item (the task), counted once."""
-        if index not in self._weights:
-            assert self.counter is not None
-            self._weights[index] = self.counter.count_item(self.items[index])
-        return self._weights[index]
+        """Tokens of one item (the task)."""
+        assert self.count is not None
+        return self.count(index)

@@ -11,9 +11,9 @@
 'm-8 question', 'function_call', 'function_call_output', 'm-11 answer']
 
 Why a layer and not ``get_items(limit=n)``: a count of items cuts tool calls from their
-outputs and ignores tokens. This layer reads the newest items with
-``inner.get_items(limit=k)``, doubling ``k`` until ``policy.Tail`` can prove where
-the view starts, so a 100,000-item history costs what a short one does; where it starts,
+outputs and ignores tokens. A read takes the newest stored items, longer and
+longer (``memstack.pipeline``), until ``policy.Tail`` can prove where the view starts,
+so a 100,000-item history costs what a short one does; where it starts,
 and the caveats of hysteresis and pinned items, are in README ("Sliding window").
 """
 
@@ -22,14 +22,15 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Annotated, Any, Self
 
-from agents.memory.session_settings import resolve_session_limit
 from pydantic import Field, model_validator
 
 from memstack.backends.adapters import capabilities_of
+from memstack.backends.capabilities import Tail
 from memstack.base import SessionLayer
 from memstack.errors import CapabilityError
-from memstack.history import is_pinned, stored_items
-from memstack.layers.window.policy import Align, Budget, Tail
+from memstack.history import is_pinned
+from memstack.layers.window.policy import Align, Budget
+from memstack.layers.window.policy import Tail as WindowTail
 from memstack.options import (
     Counter,
     Flag,
@@ -39,20 +40,19 @@ from memstack.options import (
     Options,
     Size,
 )
+from memstack.pipeline import Need
 from memstack.tokens import ItemCounter, TokenCounter
 
 if TYPE_CHECKING:
-    from agents.items import TResponseInputItem
     from agents.memory import Session
     from agents.run_context import RunContextWrapper
 
 __all__ = ["Budget", "SlidingWindowSession"]
 
-Item = Mapping[str, Any]
-
-# The first read: at least this many items, and this many more than max_items.
-_MIN_READ = 32
+# A read asks for at least this many items more than max_items.
 _READ_SLACK = 16
+
+Item = Mapping[str, Any]
 
 
 class WindowOptions(Options, layer="SlidingWindowSession"):
@@ -83,7 +83,6 @@ class SlidingWindowSession(SessionLayer):
     """Shows the model the newest part of the history that fits the budgets."""
 
     layer_name = "window"
-    alters_what_it_reads = False
     view_only = True
 
     def __init__(
@@ -127,44 +126,27 @@ class SlidingWindowSession(SessionLayer):
         self.counter: ItemCounter | None = None
         if options.max_tokens is not None:
             self.counter = counter if counter is not None else TokenCounter(model)
-        # How many items the last window needed; only sizes the first read.
-        self._read_hint = 0
+        self.min_read = max(self.pinned_lookback, (self.budget.items or 0) + _READ_SLACK)
 
-    async def get_items(
-        self, limit: int | None = None, *, wrapper: RunContextWrapper[Any] | None = None
-    ) -> list[TResponseInputItem]:
-        """The window; with ``limit``, its last ``limit`` items (the SDK's meaning)."""
-        view = await self._window(wrapper)
-        limit = resolve_session_limit(limit, self.session_settings)
-        if limit is None:
-            return view
-        return view[-limit:] if limit > 0 else []
-
-    async def _window(self, wrapper: RunContextWrapper[Any] | None) -> list[TResponseInputItem]:
-        floor = max(self.pinned_lookback, (self.budget.items or 0) + _READ_SLACK, _MIN_READ)
-        size = max(floor, self._read_hint + self._read_hint // 4)
-        while True:
-            items = stored_items(
-                await self.inner.get_items(limit=size, **self.forward(wrapper)),
-                layer=type(self).__name__,
-                session_id=self.session_id,
-            )
-            complete = len(items) < size
-            tail = Tail(
-                items,
-                complete=complete,
-                align=self.align,
-                pinned_lookback=None if self.trim else self.pinned_lookback,
-                counter=self.counter,
-            )
-            start = tail.plan(self.budget, self.low, anchored=not self.trim)
-            if start is not None and (complete or not self.trim):
-                break
-            size *= 2
-        self._read_hint = len(items) - tail.reach
+    async def shape(self, below: Tail, wrapper: RunContextWrapper[Any] | None) -> Tail | Need:
+        """The window over ``below``; ``Need.MORE`` until ``below`` proves where it starts."""
+        items = below.items
+        if not below.complete and not self.trim and len(items) < self.pinned_lookback:
+            return Need.MORE  # a pinned item within the lookback may lie beyond this tail
+        tail = WindowTail(
+            items,
+            complete=below.complete,
+            align=self.align,
+            pinned_lookback=None if self.trim else self.pinned_lookback,
+            counter=self.counter,
+            keys=below.keys,
+        )
+        start = tail.plan(self.budget, self.low, anchored=not self.trim)
+        if start is None or (self.trim and not below.complete):
+            return Need.MORE
         if self.trim and start > 0:
             await self._trim(items, start, tail.task(start, len(items)))
-        return list(tail.view(start))  # type: ignore[arg-type]
+        return below.picked(tail.shown(start), complete=True, reach=below.reach_from(tail.reach))
 
     def filter_model_input(self, items: Sequence[Item]) -> list[Item]:
         """This window over a list of items (a model call's input inside one run).
@@ -172,7 +154,7 @@ class SlidingWindowSession(SessionLayer):
         The same rule as ``get_items``, applied to ``items`` as a complete history; used
         by ``memstack.input_filter``.
         """
-        tail = Tail(
+        tail = WindowTail(
             items,
             complete=True,
             align=self.align,

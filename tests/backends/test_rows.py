@@ -1,4 +1,4 @@
-"""Values reused between reads: the same answer as a fresh read, never a stale one."""
+"""Rows parsed once for the process: the same answer as a fresh read, never a stale one."""
 
 from __future__ import annotations
 
@@ -10,15 +10,15 @@ from typing import Any
 import pytest
 from sqlalchemy import text
 
-from memstack import EncryptedSession, TTLSession, capabilities_of
-from memstack.backends.reuse import Identity, Reuse
+from memstack import EncryptedSession, TTLSession, cache, capabilities_of
+from memstack.backends.rows import parsed
 from memstack.crypto import generate_key
 from memstack.testing import sample_items
 
 from ..conftest import Store
 
 # Backends whose adapter reads raw rows, so unchanged rows come back as the same objects.
-REUSING = ("sqlite-memory", "sqlite-file", "aiosqlite", "sqlalchemy-sqlite", "postgres", "mariadb")
+RAW = ("sqlite-memory", "sqlite-file", "aiosqlite", "sqlalchemy-sqlite", "postgres", "mariadb")
 
 
 async def execute(store: Store, session: Any, statement: str, params: dict[str, Any]) -> None:
@@ -37,87 +37,61 @@ async def execute(store: Store, session: Any, statement: str, params: dict[str, 
             conn.execute(statement, params)
 
 
-def test_reuse_returns_the_same_object_only_for_the_same_text():
-    reuse = Reuse()
-    first = reuse.value(1, '{"a": 1}')
-    assert reuse.value(1, '{"a": 1}') is first
-    changed = reuse.value(1, '{"a": 2}')  # rewritten in place: same id, new text
-    assert changed == {"a": 2} and changed is not first
-    assert reuse.value(2, '{"a": 2}') is not changed  # another row, parsed on its own
+def test_a_row_answers_with_its_value_only_for_the_same_text():
+    first, key = parsed("t", "s1", 1, '{"a": 1}')
+    again, same_key = parsed("t", "s1", 1, '{"a": 1}')
+    assert again is first and same_key == key
+    changed, other_key = parsed("t", "s1", 1, '{"a": 2}')  # rewritten in place: same id
+    assert changed == {"a": 2} and changed is not first and other_key != key
+    assert parsed("t", "s2", 1, '{"a": 2}')[0] is not changed  # another session's row
     with pytest.raises(ValueError):
-        reuse.value(3, "not json")
-    assert len(reuse) == 2
+        parsed("t", "s1", 3, "not json")
 
 
-def test_reuse_is_bounded_by_the_characters_it_holds():
-    reuse = Reuse(max_chars=800)
-    for row in range(100):
-        reuse.value(row, json.dumps({"n": row, "pad": "x" * 50}))
-    assert len(reuse) < 20
-    newest = reuse.value(99, json.dumps({"n": 99, "pad": "x" * 50}))
-    assert reuse.value(99, json.dumps({"n": 99, "pad": "x" * 50})) is newest
+def test_rows_live_under_the_process_budget():
+    cache.clear()
+    cache.configure(max_bytes=40_000)
+    try:
+        for row in range(200):
+            parsed("t", "s1", row, json.dumps({"n": row, "pad": "x" * 50}))
+        assert cache.total_bytes() <= 40_000
+        assert cache.stats()["row"].evictions > 0
+        newest = parsed("t", "s1", 199, json.dumps({"n": 199, "pad": "x" * 50}))[0]
+        assert parsed("t", "s1", 199, json.dumps({"n": 199, "pad": "x" * 50}))[0] is newest
+    finally:
+        cache.configure(max_bytes=cache.DEFAULT_MAX_BYTES)
 
 
-def test_identity_never_answers_for_another_object_with_the_same_content():
-    memo: Identity[int] = Identity(size=2)
-    a, b = {"x": 1}, {"x": 1}
-    memo.put(a, 1)
-    assert memo.get(a) == 1 and memo.get(b) is None
-    memo.put(b, 2)
-    memo.put({"y": 1}, 3)  # past its size: emptied, never wrong
-    assert memo.get(a) is None
+async def newest(session: Any, n: int) -> list[Any]:
+    return list((await capabilities_of(session).read_newest(n)).items)
 
 
-def test_a_derived_value_is_kept_only_while_its_row_is_held():
-    reuse, calls = Reuse(), []
-
-    def derive(value: Any) -> int:
-        calls.append(value)
-        return len(calls)
-
-    held = reuse.value(1, '{"a": 1}')
-    assert reuse.derived(held, derive) == 1 and reuse.derived(held, derive) == 1
-    reuse.value(1, '{"a": 2}')  # the row rewritten: the old value is no longer held
-    assert reuse.derived(held, derive) == 2 and reuse.derived(held, derive) == 3
-    assert reuse.derived({"a": 1}, derive) == 4  # never held: never kept
-
-
-def test_identity_is_bounded_by_what_its_entries_weigh():
-    memo: Identity[int] = Identity(max_chars=800)
-    big, small = {"x": 1}, [{"y": n} for n in range(9)]
-    assert memo.put(big, 1, chars=101) == 1 and memo.get(big) is None  # over an eighth
-    for n, obj in enumerate(small):
-        memo.put(obj, n, chars=100)
-    assert memo.get(small[-1]) == 8 and memo.get(small[0]) is None  # emptied past 800
-
-
-async def test_read_values_reads_what_get_items_reads(store: Store):
-    session = store.open(f"reuse-{id(store)}")
+async def test_read_newest_reads_what_get_items_reads(store: Store):
+    session = store.open(f"rows-{id(store)}")
     await session.clear_session()
     items = sample_items(9)
     await session.add_items(items)
-    caps, reuse = capabilities_of(session), Reuse()
     for n in (1, 4, 9, 50):
-        assert await caps.read_values(n, reuse=reuse) == await session.get_items(limit=n)
-    first = await caps.read_values(9, reuse=reuse)
-    again = await caps.read_values(9, reuse=reuse)
-    if store.backend in REUSING:
+        tail = await capabilities_of(session).read_newest(n)
+        assert list(tail.items) == await session.get_items(limit=n)
+        assert tail.complete == (n > 9)
+    first, again = await newest(session, 9), await newest(session, 9)
+    if store.backend in RAW:
         assert all(a is b for a, b in zip(first, again, strict=True))
     await session.pop_item()
     new = {"role": "user", "content": "new"}
     await session.add_items([new])
-    assert await caps.read_values(9, reuse=reuse) == [*items[:-1], new]
+    assert await newest(session, 9) == [*items[:-1], new]
     await session.clear_session()
-    assert await caps.read_values(9, reuse=reuse) == []
+    assert await newest(session, 9) == []
 
 
-@pytest.mark.parametrize("store", REUSING, indirect=True)
+@pytest.mark.parametrize("store", RAW, indirect=True)
 async def test_a_row_rewritten_in_place_by_another_writer_is_read_afresh(store: Store):
-    session = store.open(f"reuse-rewrite-{id(store)}")
+    session = store.open(f"rows-rewrite-{id(store)}")
     await session.clear_session()
     await session.add_items(sample_items(3))
-    caps, reuse = capabilities_of(session), Reuse()
-    before = await caps.read_values(3, reuse=reuse)
+    before = await newest(session, 3)
     rewritten = json.dumps({"role": "user", "content": "rewritten"})
     await execute(  # another process: the same row id, new text
         store,
@@ -126,15 +100,15 @@ async def test_a_row_rewritten_in_place_by_another_writer_is_read_afresh(store: 
         "(SELECT MIN(id) FROM (SELECT id FROM {table} WHERE session_id = :sid) AS t)",
         {"data": rewritten, "sid": session.session_id},
     )
-    after = await caps.read_values(3, reuse=reuse)
+    after = await newest(session, 3)
     assert after[0] == {"role": "user", "content": "rewritten"}
     assert after[1:] == before[1:] and after[1] is before[1]
     await session.clear_session()
 
 
-@pytest.mark.parametrize("store", REUSING, indirect=True)
+@pytest.mark.parametrize("store", RAW, indirect=True)
 async def test_a_corrupt_row_is_skipped_and_the_limit_counts_readable_rows(store: Store):
-    session = store.open(f"reuse-corrupt-{id(store)}")
+    session = store.open(f"rows-corrupt-{id(store)}")
     await session.clear_session()
     items = sample_items(4)
     await session.add_items(items[:2])
@@ -145,17 +119,16 @@ async def test_a_corrupt_row_is_skipped_and_the_limit_counts_readable_rows(store
         {"sid": session.session_id},
     )
     await session.add_items(items[2:])
-    caps = capabilities_of(session)
     for n in (1, 3, 4, 10):
-        assert await caps.read_values(n, reuse=Reuse()) == await session.get_items(limit=n)
+        assert await newest(session, n) == await session.get_items(limit=n)
     await session.clear_session()
 
 
-@pytest.mark.parametrize("store", REUSING, indirect=True)
+@pytest.mark.parametrize("store", RAW, indirect=True)
 async def test_what_a_stack_returns_is_never_what_it_shares(store: Store):
     """A caller altering what it read changes nothing the next read returns."""
     key = generate_key()
-    session = store.open(f"reuse-stack-{id(store)}")
+    session = store.open(f"rows-stack-{id(store)}")
     await session.clear_session()
     items = sample_items(6)
     await session.add_items(items[:2])  # plaintext, written before any layer
@@ -179,21 +152,19 @@ async def test_what_a_stack_returns_is_never_what_it_shares(store: Store):
 
 
 @pytest.mark.parametrize("store", ["memory", "sqlite-file"], indirect=True)
-async def test_memos_by_identity_hold_no_more_than_a_bounded_amount(store: Store):
-    """Rows too large to reuse, or a store that reads fresh values, leave nothing behind.
-
-    Identity memos keep their objects alive: one entry per value read, each read a new
-    object, must not add up to 4096 tool outputs.
-    """
+async def test_a_row_too_large_for_the_budget_leaves_nothing_behind(store: Store):
+    """A tool output over an eighth of the budget is read, never kept: 30 reads of one
+    1.9 MB row hold no more than one."""
     import gc
     import os
     import tracemalloc
 
-    session = store.open(f"reuse-memory-{id(store)}")
+    session = store.open(f"rows-memory-{id(store)}")
     await session.clear_session()
     stack = EncryptedSession(TTLSession(session, ttl=3600), key=generate_key(), compress=False)
     big = {"role": "user", "content": os.urandom(700_000).hex()}  # a 1.9 MB stored row
     await stack.add_items([big])
+    cache.configure(max_bytes=8 << 20)
     tracemalloc.start()
     try:
         await stack.get_items()
@@ -205,5 +176,6 @@ async def test_memos_by_identity_hold_no_more_than_a_bounded_amount(store: Store
         grown = tracemalloc.get_traced_memory()[0] - before
     finally:
         tracemalloc.stop()
-    assert grown < 10_000_000, f"{grown / 1e6:.0f} MB still held after 30 reads of one row"
+        cache.configure(max_bytes=cache.DEFAULT_MAX_BYTES)
+    assert grown < 4_000_000, f"{grown / 1e6:.0f} MB still held after 30 reads of one row"
     await session.clear_session()

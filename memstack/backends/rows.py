@@ -1,0 +1,75 @@
+"""Stored rows parsed once for the whole process: the source of every stack read.
+
+    >>> from memstack.backends.rows import parsed
+    >>> first = parsed("demo", "s1", 7, '{"role": "user", "content": "hi"}')
+    >>> parsed("demo", "s1", 7, '{"role": "user", "content": "hi"}')[0] is first[0]
+    True
+    >>> parsed("demo", "s1", 7, '{"role": "user", "content": "bye"}')[0] is first[0]
+    False
+
+Parsing JSON rows is most of what a bare read costs. An adapter that reads a tail as raw
+``(id, text)`` rows finds each row's value in the process cache (``memstack.cache``) under
+the store, session and row id, and takes it only when the stored text is the same, whole:
+another process's write, an in-place rewrite and a reused row id are misses, never a
+stale value. The value comes with its content key (a digest of the text), so counts and
+placeholders derived from it are looked up too. Values are shared: read-only.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Awaitable, Callable, Hashable, Sequence
+from typing import Any
+
+import memstack.cache as cache
+from memstack.backends.capabilities import Tail
+
+__all__ = ["newest_rows", "parsed"]
+
+# A parsed JSON value holds about twice its text in objects; the text is kept too.
+_WEIGHT_PER_CHAR = 3
+
+
+def parsed(store: Hashable, session_id: str, row_id: Any, text: str) -> tuple[Any, bytes]:
+    """The value of one stored row and its content key; ``ValueError`` if not JSON."""
+    slot = ("row", store, session_id, row_id)
+    known = cache.get(slot)
+    if known is not cache.MISSING and known[0] == text:
+        return known[1], known[2]
+    value = json.loads(text)
+    key = hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
+    cache.put(slot, (text, value, key), weight=len(text) * _WEIGHT_PER_CHAR)
+    return value, key
+
+
+async def newest_rows(
+    fetch: Callable[[int], Awaitable[Sequence[Sequence[Any]]]],
+    n: int,
+    *,
+    store: Hashable,
+    session_id: str,
+    skip: tuple[type[Exception], ...] = (ValueError,),
+) -> Tail:
+    """The newest ``n`` values of the ``(id, text)`` rows ``fetch(window)`` reads, newest first.
+
+    As the SDK's reads do, ``n`` counts rows that parse: the window doubles while rows
+    left out keep it short.
+    """
+    window = n
+    while True:
+        rows = await fetch(window)
+        values: list[Any] = []
+        keys: list[bytes | None] = []
+        for row_id, text in reversed(rows):
+            try:
+                value, key = parsed(store, session_id, row_id, text)
+            except skip:
+                continue
+            values.append(value)
+            keys.append(key)
+        if len(values) >= n or len(rows) < window:
+            start = max(0, len(values) - n)
+            complete = len(rows) < window and start == 0
+            return Tail(values[start:], [None] * (len(values) - start), keys[start:], complete)
+        window *= 2

@@ -1,0 +1,115 @@
+"""The process cache: one byte budget, least recently used out, visible, thread-safe."""
+
+from __future__ import annotations
+
+import gc
+import json
+import threading
+import tracemalloc
+from collections.abc import Iterator
+
+import pytest
+
+from memstack import cache
+from memstack.cache import ENTRY_OVERHEAD, ProcessCache
+from memstack.errors import ConfigurationError
+
+
+@pytest.fixture(autouse=True)
+def fresh_cache() -> Iterator[None]:
+    cache.clear()
+    yield
+    cache.configure(max_bytes=cache.DEFAULT_MAX_BYTES)
+    cache.clear()
+
+
+def test_the_least_recently_used_entry_goes_first_within_the_budget() -> None:
+    c = ProcessCache(max_bytes=8 * (100 + ENTRY_OVERHEAD))
+    for n in range(8):
+        c.put(("ns", n), n, 100)
+    assert c.get(("ns", 0)) == 0  # used: now the newest
+    c.put(("ns", 8), 8, 100)
+    assert c.get(("ns", 1)) is cache.MISSING  # the least recently used went
+    assert c.get(("ns", 0)) == 0 and c.get(("ns", 8)) == 8
+    assert c.bytes <= c.max_bytes
+    stats = c.stats()["ns"]
+    assert (stats.entries, stats.evictions, stats.hits, stats.misses) == (8, 1, 3, 1)
+
+
+def test_an_entry_over_an_eighth_of_the_budget_is_not_kept() -> None:
+    c = ProcessCache(max_bytes=8000)
+    c.put(("big",), "x", 8000 // 8)
+    c.put(("small",), "y", 10)
+    assert c.get(("big",)) is cache.MISSING and c.get(("small",)) == "y"
+
+
+def test_replacing_an_entry_counts_its_bytes_once() -> None:
+    c = ProcessCache(max_bytes=10_000)
+    for _ in range(5):
+        c.put(("k",), "v", 100)
+    assert c.bytes == 100 + ENTRY_OVERHEAD and c.stats()["k"].entries == 1
+
+
+def test_the_budget_is_set_from_code_and_checked() -> None:
+    cache.put(("a", 1), "v", weight=1000)
+    cache.configure(max_bytes=0)  # caching off: everything goes, nothing is kept
+    assert cache.total_bytes() == 0
+    cache.put(("a", 2), "v", weight=1)
+    assert cache.get(("a", 2)) is cache.MISSING
+    with pytest.raises(ConfigurationError, match="max_bytes"):
+        cache.configure(max_bytes=-1)
+
+
+def test_a_failed_computation_keeps_nothing() -> None:
+    def fail() -> str:
+        raise ValueError("no")
+
+    with pytest.raises(ValueError):
+        cache.get_or_put(("f", 1), fail, weight=1)
+    assert cache.get_or_put(("f", 1), lambda: "ok", weight=1) == "ok"
+
+
+def test_the_weights_cover_what_the_entries_hold() -> None:
+    """Budget = memory: rows of parsed JSON weigh at least what Python holds for them."""
+    from memstack.backends.rows import parsed
+
+    rows = [
+        json.dumps({"type": "function_call_output", "call_id": f"c{n}", "output": "w " * 200})
+        for n in range(500)
+    ]
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for n, text in enumerate(rows):
+            parsed("weights", "s", n, text)
+        gc.collect()
+        held = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert held <= cache.total_bytes(), f"held {held} bytes, weighed {cache.total_bytes()}"
+
+
+def test_threads_share_the_cache_without_losing_count() -> None:
+    c = ProcessCache(max_bytes=50 * (8 + ENTRY_OVERHEAD))
+    errors: list[BaseException] = []
+
+    def work(offset: int) -> None:
+        try:
+            for i in range(3000):
+                n = (i + offset) % 80
+                found = c.get(("t", n))
+                if found is cache.MISSING:
+                    c.put(("t", n), n, 8)
+                else:
+                    assert found == n
+        except BaseException as exc:  # surfaced below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    assert c.bytes <= c.max_bytes and c.stats()["t"].entries == 50
