@@ -1,0 +1,222 @@
+"""A stack built per request vs the bare store, on PostgreSQL; and a fresh process's first read.
+
+    python benchmarks/bench_per_request.py                  # 40 sessions, 8 clients, 3 rounds
+    python benchmarks/bench_per_request.py --requests 200 --rounds 1
+
+What a web handler does on each request, without the HTTP around it (``memstack bench
+server`` adds that): build the stack for the request's session from
+``recipes/production.toml`` (offline summaries), ``get_items()``, then ``add_items`` of
+the user's message and the reply. The bare side is the SDK's documented pattern,
+``SQLAlchemySession(session_id, engine=one_shared_engine)``. Both share one engine (one
+pool); each session first gets ``--history`` items of real history (untimed).
+``--clients`` requests run at once; each round runs both variants one after the other,
+order alternating, on the same sessions' own copies.
+
+"first read" runs a new Python process per sample that imports memstack, opens one
+session and times its first ``get_items()``: everything a process loads on first use
+(the tokenizer's vocabulary, ciphers, the process cache) counts, imports do not.
+
+Reported: requests/s, p50/p95 latency (medians over rounds), the process's RSS growth
+over the timed requests, and stack/bare ratios. Loopback only; prints ``skipped: …``
+(exit 0) when PostgreSQL does not answer. Tables ``memstack_bench_pr_*`` are dropped at
+the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import statistics
+import subprocess
+import sys
+import time
+from typing import Any
+
+from _shared import long_history, production_recipe
+from agents.extensions.memory import SQLAlchemySession
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+
+URL = "postgresql+asyncpg://postgres@127.0.0.1:5432/test"
+TABLES = {
+    "sessions_table": "memstack_bench_pr_sessions",
+    "messages_table": "memstack_bench_pr_messages",
+}
+TURN = [
+    {"role": "user", "content": "Can you move my flight to Friday morning?"},
+    {"role": "assistant", "content": "Done: your flight now leaves Friday at 9:05."},
+]
+
+
+def quantile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def rss_mb() -> float:
+    with open("/proc/self/statm") as statm:
+        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 1e6
+
+
+async def phase(
+    variant: str, engine: AsyncEngine, args: argparse.Namespace
+) -> tuple[float, list[float], float]:
+    """Every client's requests at once: (requests per second, latencies, RSS growth MB)."""
+    recipe = production_recipe(args.url)
+
+    def session(number: int) -> Any:
+        store = SQLAlchemySession(f"{variant}-{number}", engine=engine, **TABLES)
+        return recipe.stack_over(store) if variant == "stack" else store
+
+    latencies: list[float] = []
+    queue = list(range(args.requests))
+
+    async def client() -> None:
+        while queue:
+            number = queue.pop() % args.sessions
+            start = time.perf_counter()
+            handler_session = session(number)  # built per request, as a handler does
+            await handler_session.get_items()
+            await handler_session.add_items(TURN)  # type: ignore[arg-type]
+            latencies.append(time.perf_counter() - start)
+
+    before = rss_mb()
+    start = time.perf_counter()
+    await asyncio.gather(*(client() for _ in range(args.clients)))
+    elapsed = time.perf_counter() - start
+    return len(latencies) / elapsed, latencies, rss_mb() - before
+
+
+async def prepare(engine: AsyncEngine, args: argparse.Namespace) -> None:
+    recipe = production_recipe(args.url)
+    history = long_history(args.history)
+    setup = SQLAlchemySession("bench-setup", engine=engine, create_tables=True, **TABLES)
+    await setup.get_items()
+    for number in range(args.sessions):
+        stack = recipe.stack_over(SQLAlchemySession(f"stack-{number}", engine=engine, **TABLES))
+        bare = SQLAlchemySession(f"bare-{number}", engine=engine, **TABLES)
+        for session in (stack, bare):
+            await session.clear_session()
+            for i in range(0, len(history), 8):
+                await session.add_items(history[i : i + 8])  # type: ignore[arg-type]
+
+
+FIRST_READ = """
+import asyncio, os, sys, time
+sys.path.insert(0, {bench!r})
+from _shared import production_recipe
+from agents.extensions.memory import SQLAlchemySession
+from sqlalchemy.ext.asyncio import create_async_engine
+os.environ["CHAT_KEY_CURRENT"] = {key!r}
+async def main():
+    engine = create_async_engine({url!r})
+    recipe = production_recipe({url!r})
+    store = SQLAlchemySession({session!r}, engine=engine, **{tables!r})
+    session = recipe.stack_over(store) if {stack!r} else store
+    start = time.perf_counter()
+    await session.get_items()
+    print(time.perf_counter() - start)
+    await engine.dispose()
+asyncio.run(main())
+"""
+
+
+def first_read(variant: str, args: argparse.Namespace) -> float:
+    code = FIRST_READ.format(
+        bench=os.path.dirname(os.path.abspath(__file__)),
+        key=os.environ["CHAT_KEY_CURRENT"],
+        url=args.url,
+        session=f"{variant}-0",
+        tables=TABLES,
+        stack=variant == "stack",
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    return float(done.stdout.strip().splitlines()[-1])
+
+
+async def reachable(engine: AsyncEngine) -> str | None:
+    try:
+        async with asyncio.timeout(5):
+            async with engine.connect() as conn:
+                await conn.execute(text("SELECT 1"))
+    except Exception as exc:  # any failure to connect means: skip
+        return f"{type(exc).__name__}: {exc}"
+    return None
+
+
+async def run(args: argparse.Namespace) -> int:
+    engine = create_async_engine(args.url, pool_size=args.clients, max_overflow=0)
+    problem = await reachable(engine)
+    if problem is not None:
+        print(f"skipped: PostgreSQL not reachable at {args.url} ({problem})")
+        await engine.dispose()
+        return 0
+    production_recipe(args.url)  # sets CHAT_KEY_CURRENT for this run and its children
+    results: dict[str, list[tuple[float, list[float], float]]] = {"stack": [], "bare": []}
+    firsts: dict[str, list[float]] = {"stack": [], "bare": []}
+    try:
+        await prepare(engine, args)
+        for variant in ("stack", "bare"):  # warm: connections, vocabularies, caches
+            await phase(
+                variant, engine, argparse.Namespace(**{**vars(args), "requests": args.sessions})
+            )
+        for round_ in range(args.rounds):
+            order = ["stack", "bare"] if round_ % 2 == 0 else ["bare", "stack"]
+            for variant in order:
+                results[variant].append(await phase(variant, engine, args))
+                firsts[variant].append(first_read(variant, args))
+                print(f"  round {round_ + 1} {variant}: {results[variant][-1][0]:.1f} req/s",
+                      file=sys.stderr)  # fmt: skip
+    finally:
+        async with engine.begin() as conn:
+            for table in ("messages_table", "sessions_table"):
+                await conn.execute(text(f"DROP TABLE IF EXISTS {TABLES[table]}"))
+        await engine.dispose()
+
+    def stat(variant: str) -> tuple[float, float, float, float, float]:
+        runs = results[variant]
+        return (
+            statistics.median(r[0] for r in runs),
+            statistics.median(quantile(r[1], 0.50) for r in runs) * 1e3,
+            statistics.median(quantile(r[1], 0.95) for r in runs) * 1e3,
+            statistics.median(r[2] for r in runs),
+            statistics.median(firsts[variant]) * 1e3,
+        )
+
+    load = os.getloadavg()[0]
+    print(
+        f"{args.requests} requests (build the stack, get_items, add_items of 2 items) by "
+        f"{args.clients} clients over {args.sessions} sessions of {args.history} items, "
+        f"PostgreSQL on loopback, one shared engine; medians of {args.rounds} rounds; "
+        f"load average {load:.1f}\n"
+    )
+    header = (
+        f"{'variant':<26}{'req/s':>8}{'p50 ms':>9}{'p95 ms':>9}{'RSS +MB':>9}{'1st read ms':>13}"
+    )
+    print(header)
+    print("-" * len(header))
+    stack, bare = stat("stack"), stat("bare")
+    for name, row in (("production stack", stack), ("bare SQLAlchemySession", bare)):
+        print(f"{name:<26}{row[0]:>8.1f}{row[1]:>9.1f}{row[2]:>9.1f}{row[3]:>9.1f}{row[4]:>13.1f}")
+    print(
+        f"{'stack / bare':<26}{stack[0] / bare[0]:>8.2f}{stack[1] / bare[1]:>9.2f}"
+        f"{stack[2] / bare[2]:>9.2f}{'':>9}{stack[4] / bare[4]:>13.2f}"
+    )
+    return 0
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--url", default=os.environ.get("MEMSTACK_BENCH_PG", URL))
+    parser.add_argument("--sessions", type=int, default=40)
+    parser.add_argument("--history", type=int, default=400, help="items per session, untimed")
+    parser.add_argument("--clients", type=int, default=8)
+    parser.add_argument("--requests", type=int, default=800, help="per phase")
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    sys.exit(asyncio.run(run(args)))
+
+
+if __name__ == "__main__":
+    main()
