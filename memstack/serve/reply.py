@@ -1,7 +1,7 @@
 """How the server answers a turn: an echo (no model), or an agent run through the SDK.
 
-    reply = Echo()                                   # offline, deterministic
-    reply = AgentReply(model="gpt-4.1-mini")         # OPENAI_API_KEY / OPENAI_BASE_URL
+reply = Echo()                                   # offline, deterministic
+reply = AgentReply(model="gpt-4.1-mini")         # OPENAI_API_KEY / OPENAI_BASE_URL
 """
 
 from __future__ import annotations
