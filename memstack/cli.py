@@ -312,6 +312,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
         ) from exc
     if (args.recipe is None) == (args.bare is None):
         raise ConfigurationError("give a recipe file, or --bare URL (not both)")
+    if args.recipe is not None:  # a bad recipe or a missing secret: one line, before uvicorn
+        from memstack.serve.sessions import RecipeSessions
+
+        recipe = RecipeSessions(args.recipe, url=args.url, memory_url=args.memory_url).recipe
+        recipe.validate(resolve=True)
     chosen = {
         "recipe": args.recipe,
         "url": args.url,
