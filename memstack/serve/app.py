@@ -34,7 +34,7 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 import memstack
-from memstack.errors import MemstackError
+from memstack.errors import ConfigurationError, MemstackError
 from memstack.history import is_user_message
 from memstack.serve.reply import AgentReply, Echo, Reply
 from memstack.serve.sessions import BareSessions, RecipeSessions, Sessions
@@ -66,15 +66,18 @@ def _text(item: Mapping[str, Any]) -> str:
     return ""
 
 
-async def _body(request: Request, field: str) -> str:
+async def _body(request: Request, *required: str) -> dict[str, str]:
+    """The JSON object sent, with each ``required`` field a non-empty string."""
     try:
         body = json.loads(await request.body())
     except ValueError as exc:
-        raise BadRequest("the body must be JSON") from exc
-    value = body.get(field) if isinstance(body, dict) else None
-    if not isinstance(value, str) or not value:
-        raise BadRequest(f"field {field!r} must be a non-empty string")
-    return value
+        raise BadRequest("the body must be a JSON object") from exc
+    if not isinstance(body, dict):
+        raise BadRequest("the body must be a JSON object")
+    for field in required:
+        if not isinstance(body.get(field), str) or not body[field]:
+            raise BadRequest(f"field {field!r} must be a non-empty string")
+    return body
 
 
 def create_app(sessions: Sessions, *, reply: Reply | None = None) -> Starlette:
@@ -88,7 +91,7 @@ def create_app(sessions: Sessions, *, reply: Reply | None = None) -> Starlette:
 
     async def turn(request: Request) -> JSONResponse:
         user, thread = request.path_params["user"], request.path_params["thread"]
-        message = await _body(request, "message")
+        message = (await _body(request, "message"))["message"]
         session = sessions.open(user, thread)  # built per request
         if answerer.reads_and_writes:
             return JSONResponse({"reply": await answerer.answer(session, [], message)})
@@ -111,9 +114,9 @@ def create_app(sessions: Sessions, *, reply: Reply | None = None) -> Starlette:
     async def remember(request: Request) -> JSONResponse:
         if not sessions.keeps_memory:
             return JSONResponse({"error": "this server keeps no long-term memory"}, 404)
-        text = await _body(request, "text")
-        kind = json.loads(await request.body()).get("kind", "note")
-        memory_id = await sessions.remember(request.path_params["user"], text, str(kind))
+        body = await _body(request, "text")
+        kind = str(body.get("kind", "note"))
+        memory_id = await sessions.remember(request.path_params["user"], body["text"], kind)
         return JSONResponse({"id": memory_id}, status_code=201)
 
     async def healthz(request: Request) -> JSONResponse:
@@ -145,7 +148,12 @@ def create_app(sessions: Sessions, *, reply: Reply | None = None) -> Starlette:
             Route("/users/{user}/threads/{thread}", turn, methods=["POST"]),
             Route("/users/{user}/memories", remember, methods=["POST"]),
         ],
-        exception_handlers={BadRequest: bad_request, MemstackError: failed},
+        # A ConfigurationError at request time is a bad value sent (a memory kind, …).
+        exception_handlers={
+            BadRequest: bad_request,
+            ConfigurationError: bad_request,
+            MemstackError: failed,
+        },
         lifespan=lifespan,
     )
 

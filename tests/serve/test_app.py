@@ -75,12 +75,15 @@ async def test_postgresql_echo(tmp_path: Path) -> None:
         async with httpx2.AsyncClient(base_url=server.url, timeout=30) as http:
             first = (await http.post(path, json={"message": "one"})).json()
             fact = {"text": "Likes green tea", "kind": "preference"}
-            made = await http.post(path.split("/threads")[0] + "/memories", json=fact)
+            memories = path.split("/threads")[0] + "/memories"
+            made = await http.post(memories, json=fact)
+            bad_kind = await http.post(memories, json={**fact, "kind": "rumour"})
             second = (await http.post(path, json={"message": "two"})).json()
             bad = await http.post(path, content=b"not json")
             items = (await http.get(path)).json()["items"]
     check_clean_shutdown(server)
     assert made.status_code == 201
+    assert bad_kind.status_code == 400 and "kind must be one of" in bad_kind.json()["error"]
     assert (first["seen"], first["memory"], first["last_user_message"]) == (0, False, None)
     # The memory block, then the first turn's two items.
     assert (second["seen"], second["memory"], second["last_user_message"]) == (3, True, "one")
