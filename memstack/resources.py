@@ -10,11 +10,11 @@ shutdown, the end of a script). Today the only process-wide resource is the proc
 
 from __future__ import annotations
 
-from memstack import cache
+from memstack.cache import clear as clear_cache
 
 __all__ = ["dispose"]
 
 
 async def dispose() -> None:
     """Release what this process shares between stacks; safe to call more than once."""
-    cache.clear()
+    clear_cache()
