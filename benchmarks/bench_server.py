@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import json
 import os
 import re
@@ -143,10 +144,9 @@ def secrets_env() -> dict[str, str]:
 # -- watching the server ------------------------------------------------------------------
 
 
-def pg_client_ports(server: Server, pg_port: int) -> list[int]:
-    """Local ports of the server's TCP connections to PostgreSQL (from /proc)."""
+def pg_client_ports(pids: list[int], pg_port: int) -> list[int]:
+    """Local ports of these processes' TCP connections to PostgreSQL (from /proc)."""
     inodes: set[str] = set()
-    pids = server.pids()
     for pid in pids:
         try:
             for fd in os.listdir(f"/proc/{pid}/fd"):
@@ -177,8 +177,11 @@ async def sample_connections(
     server: Server, pg: asyncpg.Connection, pg_port: int, result: Result, cap: int
 ) -> None:
     """Keep ``result.max_connections`` up to date; stop the server past ``cap``."""
-    while True:
-        ports = pg_client_ports(server, pg_port)
+    pids: list[int] = []
+    for sample in itertools.count():
+        if sample % 25 == 0:  # every 5 s: a scan of /proc costs the load generator time
+            pids = server.pids()
+        ports = pg_client_ports(pids, pg_port)
         seen = await pg.fetchval(
             "SELECT count(*) FROM pg_stat_activity WHERE client_port = ANY($1::int[])", ports
         )
