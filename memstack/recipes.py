@@ -33,7 +33,7 @@ from typing import Any
 
 from agents.memory import Session
 
-from memstack import cache
+import memstack.cache as cache
 from memstack.backends import open_backend
 from memstack.durations import parse_duration
 from memstack.errors import ConfigurationError, RecipeError
