@@ -30,6 +30,7 @@ from memstack.errors import (
     RecipeError,
     StoredItemError,
     SummarizerError,
+    TransientError,
     UnknownUserError,
     VocabularyError,
 )
@@ -72,6 +73,7 @@ __all__ = [
     "StorageCapabilities",
     "StoredItemError",
     "SummarizerError",
+    "TransientError",
     "TTLSession",
     "TokenCounter",
     "UnknownUserError",
