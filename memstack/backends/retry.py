@@ -33,8 +33,8 @@ __all__ = ["DEFAULT_RETRY", "NO_RETRY", "Retry", "transient_cause"]
 
 T = TypeVar("T")
 
-# PostgreSQL SQLSTATEs after which the server has aborted the whole transaction.
-_POSTGRES = {"40001": "serialization failure", "40P01": "deadlock"}
+# SQLSTATEs after which the server has aborted the whole transaction (PostgreSQL's codes).
+_SQLSTATES = {"40001": "serialization failure", "40P01": "deadlock"}
 # MySQL/MariaDB error numbers. 1213: InnoDB rolled the whole transaction back. 1205: only
 # the waiting statement (unless innodb_rollback_on_timeout); the caller's transaction
 # block rolls back the rest before it re-raises, and COMMIT never waits on a row lock, so
@@ -45,31 +45,27 @@ _MYSQL_DRIVERS = ("pymysql", "aiomysql", "asyncmy", "MySQLdb", "mysql", "mariadb
 
 def transient_cause(exc: BaseException) -> str | None:
     """What made the database roll back the transaction behind ``exc``, or None if it may not
-    have: ``"deadlock (MySQL 1213)"``, ``"serialization failure (PostgreSQL 40001)"``.
+    have: ``"deadlock (MySQL 1213)"``, ``"serialization failure (SQLSTATE 40001)"``.
 
-    Looks through SQLAlchemy's wrapper (``.orig``) and the cause chain for the driver's code.
+    Looks through SQLAlchemy's wrapper (``.orig``) and the cause chain for the driver's code;
+    a MySQL error number first, since MySQL reports its deadlock as SQLSTATE 40001 too.
     """
-    seen: set[int] = set()
+    chain: list[BaseException] = []
     current: BaseException | None = exc
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
-        found = _code_of(current)
-        if found is not None:
-            return found
+    while current is not None and all(current is not seen for seen in chain):
+        chain.append(current)
         orig = getattr(current, "orig", None)
         current = orig if isinstance(orig, BaseException) else current.__cause__
-    return None
-
-
-def _code_of(exc: BaseException) -> str | None:
-    for attribute in ("sqlstate", "pgcode"):
-        state = getattr(exc, attribute, None)
-        if isinstance(state, str) and state in _POSTGRES:
-            return f"{_POSTGRES[state]} (PostgreSQL {state})"
-    if type(exc).__module__.split(".")[0] in _MYSQL_DRIVERS and exc.args:
-        number = exc.args[0]
-        if isinstance(number, int) and number in _MYSQL:
-            return f"{_MYSQL[number]} (MySQL {number})"
+    for link in chain:
+        if type(link).__module__.split(".")[0] in _MYSQL_DRIVERS and link.args:
+            number = link.args[0]
+            if isinstance(number, int) and number in _MYSQL:
+                return f"{_MYSQL[number]} (MySQL {number})"
+    for link in chain:
+        for attribute in ("sqlstate", "pgcode"):
+            state = getattr(link, attribute, None)
+            if isinstance(state, str) and state in _SQLSTATES:
+                return f"{_SQLSTATES[state]} (SQLSTATE {state})"
     return None
 
 

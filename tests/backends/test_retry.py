@@ -62,9 +62,9 @@ def test_rolled_back_codes_are_transient() -> None:
         "lock wait timeout (MySQL 1205)"
     )
     serial = postgres_error(asyncpg.exceptions.SerializationError, "could not serialize")
-    assert transient_cause(serial) == "serialization failure (PostgreSQL 40001)"
+    assert transient_cause(serial) == "serialization failure (SQLSTATE 40001)"
     dead = postgres_error(asyncpg.exceptions.DeadlockDetectedError, "deadlock detected")
-    assert transient_cause(dead) == "deadlock (PostgreSQL 40P01)"
+    assert transient_cause(dead) == "deadlock (SQLSTATE 40P01)"
 
 
 def test_outcome_unknown_and_other_errors_are_not_transient() -> None:
