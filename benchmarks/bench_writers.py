@@ -1,4 +1,4 @@
-"""Concurrent writers to one session on PostgreSQL and MariaDB: is every write stored once, in order?
+"""Concurrent writers to one session on PostgreSQL and MariaDB: each write stored once, in order?
 
     python benchmarks/bench_writers.py                      # 8 writers × 150 adds, both databases
     python benchmarks/bench_writers.py --adds 60 --db mariadb
@@ -40,7 +40,9 @@ from memstack.backends.sqlalchemy_store import MySQLSQLAlchemySession
 from memstack.base import full_history_layer
 
 URLS = {
-    "postgresql": os.environ.get("MEMSTACK_BENCH_PG", "postgresql+asyncpg://postgres@127.0.0.1/test"),
+    "postgresql": os.environ.get(
+        "MEMSTACK_BENCH_PG", "postgresql+asyncpg://postgres@127.0.0.1/test"
+    ),
     "mariadb": os.environ.get("MEMSTACK_BENCH_MARIADB", "mariadb+aiomysql://root@127.0.0.1/test"),
 }
 TABLES = {

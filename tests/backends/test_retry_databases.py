@@ -253,9 +253,7 @@ async def test_mariadb_deadlock_after_the_last_attempt_is_a_transient_error(
 
 async def test_postgres_deadlock_is_retried_through_a_stack(postgres: Any) -> None:
     engine, tables = postgres
-    stack = PassthroughSession(
-        open_backend(POSTGRES_URL, "s1", engine=engine, **tables.options())
-    )
+    stack = PassthroughSession(open_backend(POSTGRES_URL, "s1", engine=engine, **tables.options()))
     await stack.add_items([FIRST])  # type: ignore[list-item]
 
     async def write() -> None:
@@ -289,9 +287,7 @@ async def test_postgres_deadlock_loses_the_bare_sdk_stores_write(postgres: Any) 
 async def test_a_connection_lost_at_commit_is_not_retried(postgres: Any) -> None:
     """Whether that commit happened is unknown to the client: never written a second time."""
     engine, tables = postgres
-    stack = PassthroughSession(
-        open_backend(POSTGRES_URL, "s1", engine=engine, **tables.options())
-    )
+    stack = PassthroughSession(open_backend(POSTGRES_URL, "s1", engine=engine, **tables.options()))
     await stack.add_items([FIRST])  # type: ignore[list-item]
     killer = await engine.connect()
     killer_raw = (await killer.get_raw_connection()).driver_connection
