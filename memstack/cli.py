@@ -296,7 +296,7 @@ async def cmd_demo(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-SCRIPT_BENCHMARKS = ("overhead", "scale", "load", "window", "encrypted", "ttl")
+SCRIPT_BENCHMARKS = ("overhead", "scale", "load", "window", "encrypted", "ttl", "writers")
 
 
 async def cmd_bench(args: argparse.Namespace) -> int:
