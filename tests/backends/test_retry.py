@@ -149,3 +149,13 @@ def test_is_immutable_and_shows_its_options() -> None:
 def test_options_are_checked(options: dict[str, Any], field: str) -> None:
     with pytest.raises(ConfigurationError, match=field):
         Retry(**options)
+
+
+def test_the_memory_store_takes_a_policy() -> None:
+    from memstack.memory import MemoryStore
+
+    policy = Retry(attempts=2)
+    assert MemoryStore.from_url("sqlite://:memory:", retry=policy).parts.retry is policy
+    assert MemoryStore.from_url("sqlite://:memory:").parts.retry is DEFAULT_RETRY
+    with pytest.raises(ConfigurationError, match="retry must be"):
+        MemoryStore.from_url("sqlite://:memory:", retry=3)  # type: ignore[arg-type]
