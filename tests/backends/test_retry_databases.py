@@ -22,7 +22,7 @@ from sqlalchemy import event, text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 from sqlalchemy.util import await_only
 
-from memstack.backends import open_backend
+from memstack.backends import capabilities_of, open_backend
 from memstack.backends.retry import Retry, transient_cause
 from memstack.backends.sqlalchemy_store import SQLAlchemyCapabilities
 from memstack.errors import BackendError, TransientError
@@ -101,7 +101,12 @@ Write = Callable[[], Awaitable[None]]
 
 
 async def mariadb_deadlock(
-    engine: AsyncEngine, tables: Tables, session_id: str, write: Write
+    engine: AsyncEngine,
+    tables: Tables,
+    session_id: str,
+    write: Write,
+    *,
+    waits_in: str = "INSERT INTO",
 ) -> asyncio.Future[None]:
     """Run ``write`` (an add to ``session_id``) into a real InnoDB deadlock it loses; the
     adversary then lets go. Returns ``write``'s finished task."""
@@ -124,7 +129,7 @@ async def mariadb_deadlock(
             # (INNODB_TRX leaves the waiting transaction out while the adversary's is large)
             "SELECT COUNT(*) FROM information_schema.PROCESSLIST "
             "WHERE info LIKE :q AND time_ms > 300",
-            {"q": f"INSERT INTO {tables.messages}%"},
+            {"q": f"{waits_in} {tables.messages}%"},
         )
         # The store holds its session row; asking for it closes the cycle.
         await adversary.execute(
@@ -165,12 +170,12 @@ async def postgres_deadlock(
 
 
 @contextlib.contextmanager
-def inserts_into(engine: AsyncEngine, table: str) -> Iterator[list[str]]:
-    """Every INSERT statement sent to ``table`` meanwhile (each attempt of a transaction)."""
+def inserts_into(engine: AsyncEngine, table: str, verb: str = "INSERT INTO") -> Iterator[list[str]]:
+    """Every INSERT (or ``verb``) statement sent to ``table`` meanwhile: one per attempt."""
     sent: list[str] = []
 
     def record(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
-        if statement.startswith(f"INSERT INTO {table} "):
+        if statement.startswith(f"{verb} {table} "):
             sent.append(statement)
 
     event.listen(engine.sync_engine, "before_cursor_execute", record)
@@ -246,6 +251,25 @@ async def test_mariadb_deadlock_after_the_last_attempt_is_a_transient_error(
     assert "SQLAlchemySession(mysql+aiomysql://root@127.0.0.1" in str(error)
     assert "retried 0 times" in str(error)
     assert len(await stored(engine, tables, "s1")) == 1
+
+
+async def test_mariadb_deadlock_in_a_rewrite_plan_is_retried(mariadb: Any) -> None:
+    """The capabilities' plans (rewrites, purges) are retried as the store's own writes are."""
+    engine, tables = mariadb
+    store = open_backend(MYSQL_URL, "s1", engine=engine, **tables.options())
+    stack = PassthroughSession(store)
+    await stack.add_items([FIRST, SECOND])  # type: ignore[list-item]
+    capabilities = capabilities_of(stack)
+    assert isinstance(capabilities, SQLAlchemyCapabilities)
+
+    async def write() -> None:
+        assert await capabilities.delete_oldest(1) == 1
+
+    with inserts_into(engine, tables.messages, "DELETE FROM") as sent:
+        task = await mariadb_deadlock(engine, tables, "s1", write, waits_in="DELETE FROM")
+    assert _outcome(task) is None
+    assert len(sent) == 2
+    assert await stack.get_items() == [SECOND]
 
 
 # -- PostgreSQL -------------------------------------------------------------------------
