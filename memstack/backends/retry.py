@@ -69,7 +69,7 @@ def transient_cause(exc: BaseException) -> str | None:
     return None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Retry:
     """How often and how patiently to rerun a transaction the database rolled back."""
 

@@ -133,6 +133,8 @@ def test_is_immutable_and_shows_its_options() -> None:
     with pytest.raises(AttributeError):
         policy.attempts = 9  # type: ignore[misc]
     assert repr(policy) == "Retry(attempts=3, backoff=0.02, max_backoff=1.0, jitter=True)"
+    with pytest.raises(TypeError):
+        Retry(3)  # type: ignore[misc]  # options are keyword-only
 
 
 @pytest.mark.parametrize(
