@@ -30,6 +30,7 @@ from memstack.errors import (
     RecipeError,
     StoredItemError,
     SummarizerError,
+    TransientError,
     UnknownUserError,
     VocabularyError,
 )
@@ -75,6 +76,7 @@ __all__ = [
     "SummarizerError",
     "TTLSession",
     "TokenCounter",
+    "TransientError",
     "UnknownUserError",
     "VocabularyError",
     "__version__",

@@ -297,7 +297,16 @@ async def cmd_demo(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-SCRIPT_BENCHMARKS = ("overhead", "scale", "load", "window", "encrypted", "ttl", "server")
+SCRIPT_BENCHMARKS = (
+    "overhead",
+    "scale",
+    "load",
+    "window",
+    "encrypted",
+    "ttl",
+    "server",
+    "writers",
+)
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
