@@ -1,11 +1,14 @@
-"""The production stack and a long real history, shared by the stack benchmarks.
+"""The production stack, a long real history and timing helpers, shared by the benchmarks.
 
-    from _production import long_history, medians_ms, production_recipe
+    from _shared import long_history, medians_ms, production_recipe
     recipe = production_recipe()          # recipes/production.toml, offline summaries
     stack = recipe.stack_over(open_backend("sqlite:////tmp/x.db", "user-1"))
 
-Not a benchmark itself: ``bench_overhead.py``, ``bench_scale.py`` and ``bench_load.py``
-import it (Python puts the script's folder on ``sys.path``).
+Not a benchmark itself: the ``bench_*.py`` scripts beside it import it (Python puts the
+script's folder on ``sys.path``). ``first_reads_in_new_processes`` times what "cold"
+means in these benchmarks: a new Python process's first read. A new stack in a process
+that already read is not cold: the process cache (``memstack.cache``: parsed rows, opened
+envelopes, token counts, read sizes) and the tokenizer outlive every stack.
 """
 
 from __future__ import annotations
@@ -15,6 +18,8 @@ import itertools
 import json
 import os
 import statistics
+import subprocess
+import sys
 import time
 import tomllib
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
@@ -128,3 +133,38 @@ async def medians_ms(
             await actions[name]()
             times[name].append(time.perf_counter() - start)
     return {name: statistics.median(values) * 1e3 for name, values in times.items()}
+
+
+NEW_PROCESS = """
+import asyncio, json, sys, time
+sys.path.insert(0, {folder!r})
+{setup}
+async def main():
+    session = build()
+    start = time.perf_counter()
+    items = await session.get_items({limit})
+    print(json.dumps([(time.perf_counter() - start) * 1e3, len(items)]))
+asyncio.run(main())
+"""
+
+
+def first_reads_in_new_processes(setup: str, samples: int, limit: int | None = None) -> list[float]:
+    """Milliseconds of ``build().get_items(limit)``, each sample the first read of a new process.
+
+    ``setup`` is Python source that imports what it needs and defines ``build()``, returning
+    the session to read. Imports and ``build()`` are not timed; everything the read loads on
+    first use (the tokenizer's vocabulary, lazy imports, the empty process cache) is. The
+    environment is inherited (``CHAT_KEY_CURRENT``).
+    """
+    code = NEW_PROCESS.format(
+        folder=str(Path(__file__).parent),
+        setup=setup,
+        limit="" if limit is None else f"limit={limit}",
+    )
+    times = []
+    for _ in range(samples):
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+        if done.returncode != 0:
+            raise RuntimeError(f"the new process failed:\n{done.stderr}")
+        times.append(json.loads(done.stdout.strip().splitlines()[-1])[0])
+    return times
