@@ -28,6 +28,7 @@ from typing import Any
 
 from agents.memory import Session, SQLiteSession
 
+import memstack.base
 from memstack.base import iter_chain
 from memstack.bench.transcripts import DATA_DIR
 from memstack.crypto import generate_key
@@ -168,3 +169,33 @@ def first_reads_in_new_processes(setup: str, samples: int, limit: int | None = N
             raise RuntimeError(f"the new process failed:\n{done.stderr}")
         times.append(json.loads(done.stdout.strip().splitlines()[-1])[0])
     return times
+
+
+def timed_store_reads(stores: dict[str, Session]) -> dict[str, list[tuple[float, int]]]:
+    """Time every read of these stores' rows by a stack read: (seconds, rows), by store.
+
+    Wraps ``memstack.base._source_reader`` (the function that gives the read loop its
+    store reader), so the loop reads the way it does unprobed; a store read directly (a
+    bare ``get_items``) is not counted. Once per process. Private: if it moves, the
+    benchmarks follow it.
+    """
+    names = {id(store): name for name, store in stores.items()}
+    reads: dict[str, list[tuple[float, int]]] = {name: [] for name in stores}
+    original = memstack.base._source_reader
+
+    def reader(source: Session, wrapper: Any, layers: Any) -> Callable[[int], Awaitable[Any]]:
+        newest = original(source, wrapper, layers)
+        if id(source) not in names:
+            return newest
+        calls = reads[names[id(source)]]
+
+        async def timed(n: int) -> Any:
+            start = time.perf_counter()
+            tail = await newest(n)
+            calls.append((time.perf_counter() - start, len(tail.items)))
+            return tail
+
+        return timed
+
+    memstack.base._source_reader = reader
+    return reads

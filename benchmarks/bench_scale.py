@@ -39,7 +39,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-from _shared import close, long_history, medians_ms, production_recipe
+from _shared import close, long_history, medians_ms, production_recipe, timed_store_reads
 from agents.memory import Session
 
 from memstack.backends import open_backend
@@ -74,37 +74,6 @@ def timed_shapes(stack: Session) -> dict[str, list[float]]:
 
         layer.shape = timer(layer.shape, spent[name])  # type: ignore[method-assign,assignment]
     return spent
-
-
-def timed_store_reads(stores: dict[str, Session]) -> dict[str, list[tuple[float, int]]]:
-    """Time every read of these stores' rows by a stack read: (seconds, rows), by store.
-
-    Wraps ``memstack.base._source_reader`` (the function that gives the read loop its
-    store reader), so the loop reads the way it does unprobed. Private: if it moves, this
-    benchmark must follow it.
-    """
-    import memstack.base
-
-    names = {id(store): name for name, store in stores.items()}
-    reads: dict[str, list[tuple[float, int]]] = {name: [] for name in stores}
-    original = memstack.base._source_reader
-
-    def reader(source: Session, wrapper: Any, layers: Any) -> Callable[[int], Awaitable[Any]]:
-        newest = original(source, wrapper, layers)
-        if id(source) not in names:
-            return newest
-        calls = reads[names[id(source)]]
-
-        async def timed(n: int) -> Any:
-            start = time.perf_counter()
-            tail = await newest(n)
-            calls.append((time.perf_counter() - start, len(tail.items)))
-            return tail
-
-        return timed
-
-    memstack.base._source_reader = reader
-    return reads
 
 
 async def fill(recipe: Recipe, path: Path, items: list[dict[str, Any]], batch: int) -> None:
