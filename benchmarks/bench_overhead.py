@@ -117,18 +117,18 @@ async def run(count: int, rounds: int, processes: int, folder: Path) -> None:
         f"reads (stack view: {n} items): first reads of {processes} new processes (median), "
         f"one new stack in this process, then medians of {rounds} interleaved rounds\n"
     )
-    header = f"{'read':<46}{'ms':>9}{'stack ÷ this':>14}{'items':>8}"
+    header = f"{'read':<50}{'ms':>9}{'stack ÷ this':>14}{'items':>8}"
     print(header)
     print("-" * len(header))
-    print(f"{'stack get_items(), new process':<46}{cold['stack']:>9.2f}{'':>14}{n:>8}")
+    print(f"{'stack get_items(), new process':<50}{cold['stack']:>9.2f}{'':>14}{n:>8}")
     preloaded = "stack get_items(), new process, tokenizer loaded"
-    print(f"{preloaded:<46}{cold['preloaded']:>9.2f}{'':>14}{n:>8}")
-    print(f"{f'bare get_items(limit={n}), new process':<46}{cold['bare']:>9.2f}{'':>14}{n:>8}")
-    print(f"{'stack get_items(), new stack, warm process':<46}{new_stack:>9.2f}{'':>14}{n:>8}")
+    print(f"{preloaded:<50}{cold['preloaded']:>9.2f}{'':>14}{n:>8}")
+    print(f"{f'bare get_items(limit={n}), new process':<50}{cold['bare']:>9.2f}{'':>14}{n:>8}")
+    print(f"{'stack get_items(), new stack, warm process':<50}{new_stack:>9.2f}{'':>14}{n:>8}")
     for name, ms in reads.items():
         returned = n if "limit" in name or name.startswith("stack") else len(history)
         label = f"{name}, warm" if name.startswith("stack") else name
-        print(f"{label:<46}{ms:>9.2f}{view_ms / ms:>14.2f}{returned:>8}")
+        print(f"{label:<50}{ms:>9.2f}{view_ms / ms:>14.2f}{returned:>8}")
 
     turn = next(t for t in turns(history) if len(t) <= BATCH and len(t) > 2)
     copies = iter(range(10**6))
