@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import re
 from pathlib import Path
 
@@ -79,3 +80,47 @@ def test_the_checks_above_can_fail():
     assert missing_files("see `benchmarks/_production.py` and memstack/bench/needed.py") == [
         "benchmarks/_production.py"
     ]
+
+
+def defaults(script: str) -> dict[str, str]:
+    """``--flag -> default`` as the script's argparse gives it (literal defaults only)."""
+    tree = ast.parse((BENCHMARKS / script).read_text(encoding="utf-8"))
+    found = {}
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Call) and getattr(node.func, "attr", "") == "add_argument"):
+            continue
+        flag = node.args[0].value if node.args and isinstance(node.args[0], ast.Constant) else ""
+        for keyword in node.keywords:
+            if keyword.arg == "default" and isinstance(keyword.value, ast.Constant):
+                found[str(flag)] = str(keyword.value.value)
+    return found
+
+
+def same(stated: str, actual: str | None) -> bool:
+    stated = stated.replace(",", "") if stated.replace(",", "").isdigit() else stated
+    try:
+        return actual is not None and float(stated) == float(actual)
+    except ValueError:
+        return stated == actual
+
+
+def table_defaults(text: str) -> list[tuple[str, dict[str, str]]]:
+    """Rows of the README's script table: the script and the defaults its last cell states."""
+    rows = []
+    for line in text.splitlines():
+        cells = [cell.strip() for cell in line.strip("|").split("|")]
+        script = re.fullmatch(r"`python benchmarks/(\w+\.py)[^`]*`", cells[0])
+        if len(cells) == 4 and script:
+            pairs = re.findall(r"(--[a-z-]+) ([^\s`-][^\s`]*)", cells[3])
+            rows.append((script.group(1), dict(pairs)))
+    return rows
+
+
+def test_the_defaults_the_readme_states_are_the_scripts():
+    rows = table_defaults(README)
+    assert {script for script, _ in rows} >= {s for s in SCRIPTS if s.startswith("bench_")}
+    for script, stated in rows:
+        actual = defaults(script)
+        wrong = {flag: (value, actual.get(flag)) for flag, value in stated.items()
+                 if not same(value, actual.get(flag))}  # fmt: skip
+        assert wrong == {}, f"{script}: README default -> script default: {wrong}"
