@@ -10,7 +10,9 @@ holds TTL records, envelopes and the compaction records the trigger wrote. Its v
 what the trigger left uncovered (its size depends on ``--batch``). A small file then
 holds just enough of the same newest items for a view as big, written the same way:
 the two reads return as many items, so their ratio says what the stored history costs
-(target <= 1.3); the time per view item is shown too.
+(target <= 1.3). A tail of the history can miss the big view's size by an item (an
+output whose call is cut off is left out of a view); then the verdict is on the time per
+view item, and says so.
 
 Reported, medians of interleaved rounds on warm stacks (a long-running server): the
 stack's ``get_items()`` on each file and their ratio, next to a bare
@@ -130,11 +132,16 @@ async def run(count: int, rounds: int, batch: int, folder: Path) -> None:
         )
     ratio = ms["stack big"] / ms["stack small"]
     per_item = (ms["stack big"] / views["big"]) / (ms["stack small"] / views["small"])
-    equal = views["big"] == views["small"]
-    verdict = ("met" if ratio <= TARGET else "MISSED") if equal else "views differ: see per item"
+    # Equal views: the ratio of the reads. Otherwise (a tail of the history can miss the
+    # big view's size by an item: an output whose call is cut off is left out), per item.
+    judged, what = (
+        (ratio, "reads") if views["big"] == views["small"] else (per_item, "per view item")
+    )
+    verdict = "met" if judged <= TARGET else "MISSED"
     print(
         f"\nstack {count}/{small} = {ratio:.2f} with views of {views['big']} and "
-        f"{views['small']} items (target <= {TARGET}: {verdict}); per view item {per_item:.2f}"
+        f"{views['small']} items; per view item {per_item:.2f} "
+        f"(target <= {TARGET}, {what}: {verdict})"
     )
     await breakdown(recipe, stores, sizes, ms, rounds)
     for store in stores.values():
