@@ -13,7 +13,7 @@ BENCHMARKS = ROOT / "benchmarks"
 README = (BENCHMARKS / "README.md").read_text(encoding="utf-8")
 SCRIPTS = sorted(path.name for path in BENCHMARKS.glob("*.py"))
 # A Python file named in prose or code: bench_x.py, benchmarks/x.py, memstack/bench/y.py …
-NAMED = re.compile(r"(?<![\w/.-])((?:[\w.-]+/)*_?[A-Za-z][\w]*\.py)\b")
+NAMED = re.compile(r"(?<![\w/.-])((?:[\w.-]+/)*_?[a-z][a-z0-9_]*\.py)\b")
 # A command line in a code span or block: the script (or `memstack bench NAME`), its options.
 COMMAND = re.compile(
     r"(?:(?:benchmarks/)?\b(_?[a-z][a-z0-9_]*\.py)|memstack bench ([a-z]+))((?:[ \t]+[^\s`|]+)*)"
