@@ -26,6 +26,9 @@ from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+# The scripts measure the checkout they are in, whatever the virtualenv has installed.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
 from agents.memory import Session, SQLiteSession
 
 import memstack.base
@@ -126,7 +129,7 @@ async def medians_ms(
     times: dict[str, list[float]] = {name: [] for name in actions}
     names = list(actions)
     for action in actions.values():
-        await action()  # warm the page cache, connections and token caches
+        await action()  # warm the page cache, connections and the process cache
     for round_ in range(rounds):
         for name in names[round_ % len(names) :] + names[: round_ % len(names)]:
             gc.collect()
@@ -138,7 +141,7 @@ async def medians_ms(
 
 NEW_PROCESS = """
 import asyncio, json, sys, time
-sys.path.insert(0, {folder!r})
+sys.path[:0] = [{folder!r}, {root!r}]  # _shared, and the checkout's memstack
 {setup}
 async def main():
     session = build()
@@ -159,6 +162,7 @@ def first_reads_in_new_processes(setup: str, samples: int, limit: int | None = N
     """
     code = NEW_PROCESS.format(
         folder=str(Path(__file__).parent),
+        root=str(Path(__file__).resolve().parents[1]),
         setup=setup,
         limit="" if limit is None else f"limit={limit}",
     )
