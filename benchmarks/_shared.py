@@ -152,13 +152,16 @@ asyncio.run(main())
 """
 
 
-def first_reads_in_new_processes(setup: str, samples: int, limit: int | None = None) -> list[float]:
+def first_reads_in_new_processes(
+    setup: str, samples: int, limit: int | None = None, *, expect: int | None = None
+) -> list[float]:
     """Milliseconds of ``build().get_items(limit)``, each sample the first read of a new process.
 
     ``setup`` is Python source that imports what it needs and defines ``build()``, returning
     the session to read. Imports and ``build()`` are not timed; everything the read loads on
     first use (the tokenizer's vocabulary, lazy imports, the empty process cache) is. The
-    environment is inherited (``CHAT_KEY_CURRENT``).
+    environment is inherited (``CHAT_KEY_CURRENT``). ``expect``: the number of items the
+    read must return (a table that shows it then shows what was read).
     """
     code = NEW_PROCESS.format(
         folder=str(Path(__file__).parent),
@@ -171,7 +174,10 @@ def first_reads_in_new_processes(setup: str, samples: int, limit: int | None = N
         done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
         if done.returncode != 0:
             raise RuntimeError(f"the new process failed:\n{done.stderr}")
-        times.append(json.loads(done.stdout.strip().splitlines()[-1])[0])
+        ms, returned = json.loads(done.stdout.strip().splitlines()[-1])
+        if expect is not None and returned != expect:
+            raise RuntimeError(f"the new process read {returned} items, not {expect}")
+        times.append(ms)
     return times
 
 

@@ -76,9 +76,11 @@ def build():
         + 'from memstack.tokens import TokenCounter\nTokenCounter("gpt-4.1").count_text("x")\n'
     )
     return {
-        "stack": statistics.median(first_reads_in_new_processes(stack, processes)),
-        "preloaded": statistics.median(first_reads_in_new_processes(preloaded, processes)),
-        "bare": statistics.median(first_reads_in_new_processes(bare, processes, limit=n)),
+        "stack": statistics.median(first_reads_in_new_processes(stack, processes, expect=n)),
+        "preloaded": statistics.median(
+            first_reads_in_new_processes(preloaded, processes, expect=n)
+        ),
+        "bare": statistics.median(first_reads_in_new_processes(bare, processes, limit=n, expect=n)),
     }
 
 
