@@ -43,6 +43,7 @@ from memstack.layers import (
 )
 from memstack.model_input import ModelInputFilter, input_filter
 from memstack.recipes import from_recipe, load_recipe
+from memstack.resources import dispose
 from memstack.stack import LAYERS, LayerSpec, build_stack
 from memstack.tokens import TokenCounter
 
@@ -79,6 +80,7 @@ __all__ = [
     "__version__",
     "build_stack",
     "capabilities_of",
+    "dispose",
     "find",
     "from_recipe",
     "input_filter",
