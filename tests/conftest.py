@@ -32,9 +32,14 @@ set_tracing_disabled(True)
 def pytest_configure(config: pytest.Config) -> None:
     # The mutation check (tests/mutants.py) breaks one behaviour for a whole child run.
     if mutant := os.environ.get("MEMSTACK_MUTANT"):
+        from hypothesis import Phase, settings
+
         from .mutants import apply
 
         apply(mutant, pytest.MonkeyPatch())
+        # A failing example is all the check needs: no time spent shrinking it.
+        settings.register_profile("mutant", phases=[Phase.explicit, Phase.generate])
+        settings.load_profile("mutant")
 
 POSTGRES_URL = os.environ.get(
     "MEMSTACK_TEST_POSTGRES_URL", "postgresql+asyncpg://postgres@127.0.0.1:5432/test"

@@ -363,9 +363,8 @@ def main(names: list[str]) -> int:
             f"its tests: {', '.join(outcome.mutant.tests)}\n{outcome.tail}",
             file=sys.stderr,
         )
-    print(
-        f"{len(outcomes) - len(bad)}/{len(outcomes)} mutants caught in {time.monotonic() - started:.0f}s"
-    )
+    caught, seconds = len(outcomes) - len(bad), time.monotonic() - started
+    print(f"{caught}/{len(outcomes)} mutants caught in {seconds:.0f}s")
     return 1 if bad else 0
 
 
