@@ -227,15 +227,15 @@ def with_server(server: FakeOpenAI, timeout: float = 60.0, **options: Any) -> Co
 
 
 @pytest.mark.parametrize(
-    ("failure", "timeout"),
+    ("failure", "seconds"),
     # Only where the endpoint hangs (60 s) is the timeout the failure: 2 s, far from both.
     [(Status(500), 60.0), (Hang(60), 2.0), (Garbage(), 60.0)],
     ids=["500", "hang", "garbage"],
 )
 async def test_failing_summarizer_leaves_history_intact_with_a_typed_error(
-    server: FakeOpenAI, failure: Any, timeout: float
+    server: FakeOpenAI, failure: Any, seconds: float
 ) -> None:
-    session = with_server(server, timeout, on_error="raise")
+    session = with_server(server, seconds, on_error="raise")
     items = sample_items(16)
     await session.add_items(items[:12])  # at the limit: no call yet
     assert server.bodies(CHAT) == []
