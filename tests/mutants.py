@@ -39,6 +39,9 @@ class Mutant:
     patch: Callable[[Any], None]  # given pytest's MonkeyPatch
     tests: tuple[str, ...]
     select: str | None = None  # a -k expression, to run a few cases of parametrised tests
+    #: Every one of ``tests`` must fail (each is a test once known to let this mutant
+    #: through); otherwise one failure is enough and the run stops there.
+    each: bool = False
 
 
 # -- the patches ------------------------------------------------------------------------------
@@ -196,6 +199,7 @@ def _limit_drops_cut_outputs(mp: Any) -> None:
 
 # -- the mutants, and the tests named for each -------------------------------------------------
 UNIT_EXPIRY = "tests/test_unit_expiry.py"
+MASKING = "tests/compaction/test_masking.py"
 MODELS = "tests/test_reference_models.py"
 MUTANTS = [
     Mutant(
@@ -203,9 +207,10 @@ MUTANTS = [
         "Mask.apply returns its input",
         _mask_apply_identity,
         (
-            "tests/compaction/test_masking.py::test_steps_are_chosen_by_content_so_a_later_start_masks_the_same_outputs",
-            "tests/compaction/test_masking.py::test_a_masked_outputs_key_names_what_it_holds",
+            f"{MASKING}::test_steps_are_chosen_by_content_so_a_later_start_masks_the_same_outputs",
+            f"{MASKING}::test_a_masked_outputs_key_names_what_it_holds",
         ),
+        each=True,
     ),
     Mutant(
         "mask-off",
@@ -217,8 +222,13 @@ MUTANTS = [
         "ttl-expiry-off",
         "no record is ever dead by ttl",
         _expiry_off,
-        (UNIT_EXPIRY, f"{MODELS}::test_ttl_shows_and_keeps_like_the_model"),
-        select="sqlite-file or memory-ttl or recipe",
+        (
+            f"{UNIT_EXPIRY}::test_every_layer_order_on_every_backend",
+            f"{UNIT_EXPIRY}::test_every_shipped_recipe",
+            f"{MODELS}::test_ttl_shows_and_keeps_like_the_model",
+        ),
+        select="not test_every_layer_order or sqlite-file-ttl-encrypted-compaction-window",
+        each=True,
     ),
     Mutant(
         "ttl-idle-off",
@@ -318,14 +328,17 @@ class Outcome:
     seconds: float
     tail: str
 
+    missed: tuple[str, ...] = ()  # with ``each``: named tests that did not fail
+
     @property
     def caught(self) -> bool:
-        return self.code == 1  # tests failed; 0 is a survivor, anything else a broken check
+        # Tests failed; 0 is a survivor, anything else a broken check.
+        return self.code == 1 and not self.missed
 
 
 def run(mutant: Mutant) -> Outcome:
-    command = [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider"]
-    command += ["--no-header", *mutant.tests]
+    command = [sys.executable, "-m", "pytest", "-q", "-rf", "-p", "no:cacheprovider"]
+    command += ["--no-header", *([] if mutant.each else ["-x"]), *mutant.tests]
     if mutant.select:
         command += ["-k", mutant.select]
     started = time.monotonic()
@@ -338,7 +351,13 @@ def run(mutant: Mutant) -> Outcome:
         timeout=600,
     )
     tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-6:])
-    return Outcome(mutant, done.returncode, time.monotonic() - started, tail)
+    failed = [line.split()[1] for line in done.stdout.splitlines() if line.startswith("FAILED ")]
+    missed = tuple(
+        test
+        for test in (mutant.tests if mutant.each else ())
+        if not any(node == test or node.startswith(f"{test}[") for node in failed)
+    )
+    return Outcome(mutant, done.returncode, time.monotonic() - started, tail, missed)
 
 
 def main(names: list[str]) -> int:
@@ -347,17 +366,18 @@ def main(names: list[str]) -> int:
     with ThreadPoolExecutor(max_workers=int(os.environ.get("MEMSTACK_MUTANT_JOBS", "2"))) as pool:
         outcomes = list(pool.map(run, chosen))
     for outcome in outcomes:
-        verdict = "caught" if outcome.caught else "SURVIVED" if outcome.code == 0 else "ERROR"
+        verdict = "caught" if outcome.caught else "SURVIVED" if outcome.code < 2 else "ERROR"
         print(
             f"{verdict:8} {outcome.mutant.name:28} {outcome.seconds:5.1f}s  {outcome.mutant.breaks}"
         )
     bad = [outcome for outcome in outcomes if not outcome.caught]
     for outcome in bad:
-        what = (
-            "survived"
-            if outcome.code == 0
-            else f"could not be checked (pytest exit {outcome.code})"
-        )
+        if outcome.code == 0:
+            what = "survived"
+        elif outcome.code == 1:
+            what = f"survived in {', '.join(outcome.missed)}"
+        else:
+            what = f"could not be checked (pytest exit {outcome.code})"
         print(
             f"\nmutant {outcome.mutant.name!r} ({outcome.mutant.breaks}) {what}; "
             f"its tests: {', '.join(outcome.mutant.tests)}\n{outcome.tail}",

@@ -117,7 +117,7 @@ class TTLModel:
 ttl_steps = st.lists(
     st.one_of(
         st.tuples(st.just("add"), st.lists(units, min_size=1, max_size=3)),
-        st.tuples(st.just("tick"), st.sampled_from([1.0, 5.0, 9.0, 10.0, 30.0])),
+        st.tuples(st.just("tick"), st.sampled_from([1.0, 4.0, 9.0, 16.0, 40.0])),
         st.tuples(st.just("get"), st.one_of(st.none(), st.integers(1, 4))),
         st.tuples(st.just("purge"), st.none()),
     ),
@@ -125,8 +125,11 @@ ttl_steps = st.lists(
 )
 
 
+# Age decides (idleness far off), then idleness decides (idle_ttl well below ttl): mixed at
+# random, one regime hides the other too often for a few dozen examples to try both.
+@pytest.mark.parametrize(("ttl", "idle"), [(10.0, 1000.0), (40.0, 8.0)], ids=["age", "idle"])
 @FAST
-@given(steps=ttl_steps, ttl=st.sampled_from([10.0, 25.0]), idle=st.sampled_from([12.0, 40.0]))
+@given(steps=ttl_steps)
 def test_ttl_shows_and_keeps_like_the_model(
     steps: list[tuple[str, Any]], ttl: float, idle: float
 ) -> None:
