@@ -37,8 +37,10 @@ def pytest_configure(config: pytest.Config) -> None:
         from .mutants import apply
 
         apply(mutant, pytest.MonkeyPatch())
-        # A failing example is all the check needs: no time spent shrinking it.
-        settings.register_profile("mutant", phases=[Phase.explicit, Phase.generate])
+        # A failing example is all the check needs: none shrunk, none saved for later runs.
+        settings.register_profile(
+            "mutant", phases=[Phase.explicit, Phase.generate], database=None
+        )
         settings.load_profile("mutant")
 
 POSTGRES_URL = os.environ.get(
