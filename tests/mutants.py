@@ -10,8 +10,8 @@ mutant that cannot be applied (its target renamed) fails the check too, so the l
 up with the code. CI runs this after the suite has passed unmutated, so a failure here is
 the mutant's doing.
 
-The README's promises, one or more mutants each: masking, expiry and purge, window cuts,
-encryption authentication, redaction, memory scoping, forget, and ``limit``.
+The README's promises, one or more mutants each: masking (and summaries), expiry and purge,
+window cuts, encryption authentication, redaction, memory scoping, forget, and ``limit``.
 """
 
 from __future__ import annotations
@@ -56,6 +56,12 @@ def _mask_off(mp: Any) -> None:
 
     mp.setattr(Mask, "apply", lambda self, items: list(items))
     mp.setattr(Mask, "apply_keyed", lambda self, items, keys: (list(items), list(keys)))
+
+
+def _summaries_off(mp: Any) -> None:
+    from memstack.compaction.triggers import Items
+
+    mp.setattr(Items, "weights", lambda self, items, counter: [0] * len(items))
 
 
 def _expiry_off(mp: Any) -> None:
@@ -217,6 +223,12 @@ MUTANTS = [
         "Mask masks nothing, in the layer too (apply and apply_keyed)",
         _mask_off,
         (f"{MODELS}::test_compaction_masks_like_the_model",),
+    ),
+    Mutant(
+        "summaries-off",
+        "an Items trigger never fires: no summary, however long the history",
+        _summaries_off,
+        (f"{MODELS}::test_compaction_summarises_like_the_model",),
     ),
     Mutant(
         "ttl-expiry-off",

@@ -6,8 +6,8 @@ import pytest
 
 from .mutants import MUTANTS, ROOT, Mutant
 
-PROMISES = {"mask", "ttl-expiry", "ttl-idle", "ttl-purge", "window", "aead", "redaction"}
-PROMISES |= {"memory-layer-scope", "memory-recall-scope", "forget", "limit"}
+PROMISES = {"mask", "summaries", "ttl-expiry", "ttl-idle", "ttl-purge", "window", "aead"}
+PROMISES |= {"redaction", "memory-layer-scope", "memory-recall-scope", "forget", "limit"}
 
 
 @pytest.mark.parametrize("mutant", MUTANTS, ids=lambda mutant: mutant.name)

@@ -29,7 +29,7 @@ from memstack import (
     SlidingWindowSession,
     TTLSession,
 )
-from memstack.compaction import Mask
+from memstack.compaction import ExtractiveSummarizer, Items, Mask, Summarize
 from memstack.crypto import generate_key
 from memstack.layers.memory import MemorySession
 from memstack.memory import MemoryStore
@@ -261,6 +261,65 @@ def test_compaction_masks_like_the_model(
             others = [(w, v) for w, v in zip(written, view, strict=True) if "output" not in w]
             assert all(w == v for w, v in others)  # calls and messages are never touched
         assert [json.loads(row) for row in store.rows] == written  # masking is a view
+
+    run(check())
+
+
+# -- compaction's summaries: over the trigger, the old part becomes one developer message -----
+def _turn(question: str, answers: int) -> list[Item]:
+    return [{"role": "user", "content": question}] + [
+        {"role": "assistant", "content": f"{question} answer {n}"} for n in range(answers)
+    ]
+
+
+def _is_subsequence(items: list[Item], rows: list[Item]) -> bool:
+    found = iter(rows)
+    return all(any(item == row for row in found) for item in items)
+
+
+@FAST
+@given(
+    turns=st.lists(st.tuples(words, st.integers(0, 2)), min_size=1, max_size=10),
+    limit=st.sampled_from([6, 9]),
+)
+def test_compaction_summarises_like_the_model(turns: list[tuple[str, int]], limit: int) -> None:
+    """Model (README, ``Items(limit)``, target half of it, the last turn kept): a view of at
+    most ``limit`` items is the history itself; past it, the view is one developer summary
+    (after the newest user message when that is older) then the newest items verbatim, the
+    whole last turn among them; the store keeps every item."""
+    store = InMemorySession("summary-model")
+    session = CompactionSession(
+        store,
+        strategy=Summarize(ExtractiveSummarizer()),
+        trigger=Items(limit),
+        keep_last_turns=1,
+    )
+
+    async def check() -> None:
+        written: list[Item] = []
+        compacted = False
+        for question, answers in turns:
+            turn = _turn(question, answers)
+            await session.add_items(turn)
+            written += turn
+            view = await session.get_items()
+            compacted = compacted or len(written) > limit
+            if not compacted:
+                assert view == written
+                continue
+            assert len(view) <= limit
+            heads = [n for n, item in enumerate(view) if item.get("role") == "developer"]
+            assert len(heads) == 1 and heads[0] <= 1, view
+            summary = heads[0]
+            verbatim = view[summary + 1 :]
+            assert verbatim == written[len(written) - len(verbatim) :]  # the newest, as written
+            assert len(verbatim) >= len(turn)  # the last turn whole
+            if summary == 1:  # the task in front: the newest user message, verbatim
+                users = [item for item in written if item.get("role") == "user"]
+                assert view[0] == users[-1] and view[0] not in verbatim
+            assert view[summary]["content"].strip()
+        rows = [json.loads(row) for row in store.rows]
+        assert _is_subsequence(written, rows)  # nothing deleted (append mode)
 
     run(check())
 
