@@ -82,8 +82,12 @@ async def cmd_validate(args: argparse.Namespace) -> int:
 
     recipe = load_recipe(args.recipe)
     unresolved = recipe.validate(resolve=args.resolve)
+    session = args.session or recipe.sample_session_id()
+    scope = recipe.memory_scope(session)  # a session id naming no user fails here
     print(f"ok: {recipe.source}")
     print(f"stack (bottom → top): {recipe.describe()}")
+    if scope is not None:
+        print(f"memory scope: session {session!r} → scope {scope!r}")
     if unresolved:
         print("secrets checked for form only, not read (--resolve reads them):")
         for reference in unresolved:
@@ -362,6 +366,9 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="also read every secret reference (environment variables, key providers) "
         "as building the stack would; by default none is needed",
+    )
+    validate.add_argument(
+        "--session", help="show the memory scope this session id gets (default: an example)"
     )
     for name, handler, text in (
         ("inspect", cmd_inspect, "show a session's items and what each layer shows"),
