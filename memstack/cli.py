@@ -467,6 +467,9 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    # A model loaded for semantic recall (transformers, the Hugging Face hub) draws progress
+    # bars on stderr that bury the command's own output; a user can still ask for them.
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     parser = _parser()
     args, extra = parser.parse_known_args(argv)
     # Script benchmarks take their own options; everywhere else an unknown option is an error.

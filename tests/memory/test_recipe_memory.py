@@ -158,3 +158,15 @@ def test_memory_table_errors(tmp_path: Path, table: str, message: str, resolve: 
     assert result.stderr.count("\n") == 1, result.stderr
     assert result.stderr.startswith(f"memstack: error: {path}: [memory]: "), result.stderr
     assert message in result.stderr
+
+
+# -- the CLI's output is its own --------------------------------------------------------------
+def test_cli_prints_no_model_loader_progress_bars(tmp_path: Path) -> None:
+    pytest.importorskip("sentence_transformers")
+    recipe = assistant(tmp_path)
+    recipe.write_text(recipe.read_text().replace('# embedder = "minilm"', 'embedder = "minilm"'))
+    seed(tmp_path, "ann", "Ann has a cat called Miso")
+    found = memstack("memory", "search", str(recipe), "--scope", "ann", "cat")
+    assert found.returncode == 0, found.stderr
+    assert "Miso" in found.stdout
+    assert found.stderr == "\n1 memory, 22 tokens\n"  # no bar, nothing else
