@@ -74,9 +74,7 @@ class MemoryTooLargeError(ConfigurationError):
     longer than the budget would be kept (and searched) but never returned.
     """
 
-    def __init__(
-        self, message: str, *, tokens: int, limit: int, layer: str | None = None
-    ) -> None:
+    def __init__(self, message: str, *, tokens: int, limit: int, layer: str | None = None) -> None:
         super().__init__(message, layer=layer)
         self.tokens = tokens
         self.limit = limit

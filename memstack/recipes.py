@@ -28,7 +28,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from importlib import import_module
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agents.memory import Session
 
@@ -36,6 +36,9 @@ from memstack.backends import open_backend
 from memstack.durations import parse_duration
 from memstack.errors import ConfigurationError, RecipeError
 from memstack.stack import LAYERS, LayerSpec, build_stack, check_options, resolve_layer
+
+if TYPE_CHECKING:
+    from memstack.governance.users import UserSessions
 
 __all__ = ["Recipe", "from_recipe", "load_recipe", "parse_duration"]
 
@@ -147,7 +150,7 @@ class Recipe:
         except ConfigurationError as exc:
             raise RecipeError(f"{self.source}: [memory]: {exc}") from exc
 
-    def user_sessions(self) -> Any:
+    def user_sessions(self) -> UserSessions:
         """The ``[governance] user_sessions`` pattern (default ``"{user}:{thread}"``)."""
         from memstack.governance.users import DEFAULT_PATTERN, UserSessions
 

@@ -3,10 +3,10 @@
     >>> from memstack.memory.database import engine_url
     >>> engine_url("sqlite://:memory:"), engine_url("postgresql://db/app")
     ('sqlite+aiosqlite://', 'postgresql+asyncpg://db/app')
-    >>> engine_url("foo://x")
+    >>> engine_url("foo://x")  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
-    memstack.errors.ConfigurationError: MemoryStore: unknown URL scheme foo://; long-term memory needs sqlite://, postgresql://, mysql:// or mariadb://
+    memstack.errors.ConfigurationError: MemoryStore: unknown URL scheme foo://; long-term ...
 
 Long-term memory needs SQL (SQLite, PostgreSQL or MariaDB); users write the plain URL
 scheme and this module picks the async driver, so a wrong scheme fails with a message
@@ -122,11 +122,10 @@ async def prepare(engine: AsyncEngine, tables: Tables, *, create_tables: bool) -
     with store_errors(None, layer=_LAYER, doing="preparing the memory tables"):
         for attempt in range(_ATTEMPTS):
             try:
-                async with engine.begin() as conn:
-                    async with _creation_lock(conn, tables):
-                        if create_tables:
-                            await conn.run_sync(tables.metadata.create_all)
-                        await _check_version(conn, tables)
+                async with engine.begin() as conn, _creation_lock(conn, tables):
+                    if create_tables:
+                        await conn.run_sync(tables.metadata.create_all)
+                    await _check_version(conn, tables)
                 return
             except DBAPIError:
                 if attempt == _ATTEMPTS - 1:

@@ -3,10 +3,10 @@
     >>> from memstack.memory.options import MemoryOptions
     >>> MemoryOptions.check(url="sqlite:///memory.db").url
     'sqlite:///memory.db'
-    >>> MemoryOptions.check(url="sqlite:///m.db", keyy={"env": "K"})
+    >>> MemoryOptions.check(url="sqlite:///m.db", keyy={"env": "K"})  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
-    memstack.errors.ConfigurationError: MemoryStore: unknown option 'keyy' (options: url, key, keyring, create_tables, table_prefix, embedder, max_memory_tokens, engine_kwargs)
+    memstack.errors.ConfigurationError: MemoryStore: unknown option 'keyy' (options: url, key, ...)
 
 The table is TOML, so only what TOML can say is here (a clock or a token counter is
 passed in code). Checking it when the recipe is loaded makes a misspelt field, a wrong

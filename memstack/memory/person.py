@@ -20,13 +20,12 @@ import re
 __all__ = ["third_person"]
 
 # Verb forms that stay as they are after "the user": modals and past tenses.
-_UNCHANGED = frozenset(
-    """can can't cannot could couldn't will won't would wouldn't shall should shouldn't may
+_KEPT = """can can't cannot could couldn't will won't would wouldn't shall should shouldn't may
     might must mustn't did didn't was wasn't had went got made bought saw took came gave found
     left met ran said told thought knew felt kept lost paid sold sent spent won wrote ate drove
     flew grew began broke chose forgot became built caught taught brought fell hurt put quit set
-    let read cut hit held heard understood stood sat slept swam sang""".split()
-)
+    let read cut hit held heard understood stood sat slept swam sang"""
+_UNCHANGED = frozenset(_KEPT.split())
 _IRREGULAR = {
     "am": "is",
     "'m": "is",

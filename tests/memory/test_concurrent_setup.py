@@ -47,9 +47,7 @@ async def _drop(url: str, prefix: str) -> None:
 
 
 @pytest.mark.parametrize("backend", MEMORY_BACKENDS)
-def test_processes_creating_the_tables_at_once_all_remember(
-    backend: str, tmp_path: Path
-) -> None:
+def test_processes_creating_the_tables_at_once_all_remember(backend: str, tmp_path: Path) -> None:
     context = multiprocessing.get_context("spawn")
     failures: list[str] = []
     for round_ in range(ROUNDS):
@@ -68,17 +66,18 @@ def test_processes_creating_the_tables_at_once_all_remember(
         outcomes = [results.get(timeout=120) for _ in workers]
         for worker in workers:
             worker.join(timeout=60)
-        failures += [f"round {round_} {name}: {what}" for name, status, what in outcomes
-                     if status != "ok"]
+        failures += [
+            f"round {round_} {name}: {what}" for name, status, what in outcomes if status != "ok"
+        ]
 
-        async def stored() -> list[str]:
+        async def stored(url: str, prefix: str) -> list[str]:
             store = MemoryStore.from_url(url, table_prefix=prefix)
             try:
                 return sorted(m.text for m in await store.list_memories("shared"))
             finally:
                 await store.close()
 
-        texts = asyncio.run(stored())
+        texts = asyncio.run(stored(url, prefix))
         if backend != "sqlite":
             asyncio.run(_drop(url, prefix))
         if not failures:

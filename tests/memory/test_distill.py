@@ -48,8 +48,10 @@ def test_rule_extractor_finds_names_preferences_requests_and_corrections() -> No
         ("Please remember that my dog is called Rex", "The user's dog is called Rex"),
         ("Don't forget I don't eat pork", "The user doesn't eat pork"),
         ("note that I've moved to Lisbon and I walk to work", "The user has moved to Lisbon"),
-        ("Actually, I work late on Mondays", "Correction from the user: the user works late on "
-         "Mondays"),
+        (
+            "Actually, I work late on Mondays",
+            "Correction from the user: the user works late on Mondays",
+        ),
         ("I love my garden", "The user loves the user's garden"),
         ("Remember that Ibiza is where I grew up", "Ibiza is where the user grew up"),
     ],

@@ -91,7 +91,9 @@ def test_a_session_id_naming_no_user_is_refused(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("ASSISTANT_KEY", KEY)
-    with pytest.raises(RecipeError, match=r"session id 'bob' does not match .*'\{user\}:\{thread\}'"):
+    with pytest.raises(
+        RecipeError, match=r"session id 'bob' does not match .*'\{user\}:\{thread\}'"
+    ):
         from_recipe(assistant(tmp_path), session_id="bob")
 
 
@@ -140,8 +142,10 @@ def test_cli_forgets_a_user_and_a_scope_without_the_memory_key(tmp_path: Path) -
     [
         ('url = "foo://x"', "[memory]: MemoryStore: url must be a SQL URL"),
         ('url = "sqlite:///m.db"\nkeyy = { env = "K" }', "unknown option 'keyy'"),
-        ("url = 5", "url must be a SQL URL (sqlite:///…, postgresql://…, mysql://…, "
-         "mariadb://…), not 5"),
+        (
+            "url = 5",
+            "url must be a SQL URL (sqlite:///…, postgresql://…, mysql://…, mariadb://…), not 5",
+        ),
         ('table_prefix = "x"', "url is required"),
         ('url = "sqlite:///m.db"\nmax_memory_tokens = 0', "max_memory_tokens must be None or"),
     ],

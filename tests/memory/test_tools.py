@@ -45,7 +45,7 @@ async def test_list_memories_pages_within_the_budget() -> None:
 async def test_a_memory_longer_than_the_answer_budget_is_cut() -> None:
     store = MemoryStore.from_url("sqlite://:memory:", max_memory_tokens=None)
     await store.remember("ana", "word " * 200_000)
-    remember, recall, list_memories, _ = memory_tools(store, "ana", max_tokens=300)
+    _, recall, list_memories, _ = memory_tools(store, "ana", max_tokens=300)
     answer = await call(list_memories, {})
     assert count(answer) <= 300
     assert json.loads(answer)["memories"][0]["text"].endswith(" …")
