@@ -19,11 +19,11 @@ import asyncio
 import hashlib
 import random
 from collections.abc import AsyncIterator, Mapping
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, suppress
 from typing import Any
 
 from sqlalchemy import event, insert, select, text
-from sqlalchemy.exc import ArgumentError, DBAPIError
+from sqlalchemy.exc import ArgumentError, DBAPIError, IntegrityError, ProgrammingError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 from sqlalchemy.pool import StaticPool
 
@@ -127,10 +127,19 @@ async def prepare(engine: AsyncEngine, tables: Tables, *, create_tables: bool) -
                         await conn.run_sync(tables.metadata.create_all)
                     await _check_version(conn, tables)
                 return
-            except DBAPIError:
-                if attempt == _ATTEMPTS - 1:
+            except DBAPIError as exc:
+                if attempt == _ATTEMPTS - 1 or not _lost_race(exc):
                     raise
                 await asyncio.sleep(random.uniform(0.01, 0.05) * (attempt + 1))
+
+
+def _lost_race(exc: DBAPIError) -> bool:
+    """Whether another process created a table, or the version row, first (or held the
+    file): worth another look. A database that cannot be reached is not."""
+    if isinstance(exc, IntegrityError | ProgrammingError):  # duplicate row, type or table
+        return True
+    message = str(exc.orig).lower()
+    return "already exists" in message or "locked" in message
 
 
 async def _check_version(conn: AsyncConnection, tables: Tables) -> None:
@@ -161,7 +170,8 @@ async def _creation_lock(conn: AsyncConnection, tables: Tables) -> AsyncIterator
         yield
     finally:
         if dialect in ("mysql", "mariadb"):
-            await conn.execute(text("SELECT RELEASE_LOCK(:name)"), {"name": name[:64]})
+            with suppress(DBAPIError):  # a broken connection has released it already
+                await conn.execute(text("SELECT RELEASE_LOCK(:name)"), {"name": name[:64]})
 
 
 async def check_scope_keys(
