@@ -411,8 +411,6 @@ def load_recipe(recipe: str | Path | Mapping[str, Any], **overrides: Any) -> Rec
 
 def _memory(data: Mapping[str, Any], source: str) -> dict[str, Any]:
     """The ``[memory]`` table, checked as ``MemoryOptions`` (names, types, URL scheme)."""
-    from memstack.memory.options import MemoryOptions
-
     table = data.get("memory") or {}
     if not isinstance(table, Mapping):
         raise RecipeError(f"{source}: 'memory' must be a table ([memory])")
@@ -420,7 +418,9 @@ def _memory(data: Mapping[str, Any], source: str) -> dict[str, Any]:
         key: _check_value(value, source=source, where="[memory]", field=key)
         for key, value in table.items()
     }
-    if checked:
+    if checked:  # only then is memstack.memory (SQLAlchemy, the SDK's tools) imported
+        from memstack.memory.options import MemoryOptions
+
         try:
             MemoryOptions.check(**checked)
         except ConfigurationError as exc:
