@@ -83,8 +83,12 @@ async def cmd_validate(args: argparse.Namespace) -> int:
 
     recipe = load_recipe(args.recipe)
     unresolved = recipe.validate(resolve=args.resolve)
+    session = args.session or recipe.sample_session_id()
+    scope = recipe.memory_scope(session)  # a session id naming no user fails here
     print(f"ok: {recipe.source}")
     print(f"stack (bottom → top): {recipe.describe()}")
+    if scope is not None:
+        print(f"memory scope: session {session!r} → scope {scope!r}")
     if unresolved:
         print("secrets checked for form only, not read (--resolve reads them):")
         for reference in unresolved:
@@ -412,6 +416,9 @@ def _parser() -> argparse.ArgumentParser:
         help="also read every secret reference (environment variables, key providers) "
         "as building the stack would; by default none is needed",
     )
+    validate.add_argument(
+        "--session", help="show the memory scope this session id gets (default: an example)"
+    )
     for name, handler, text in (
         ("inspect", cmd_inspect, "show a session's items and what each layer shows"),
         ("stats", cmd_stats, "counts and token totals of a session"),
@@ -532,6 +539,9 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    # A model loaded for semantic recall (transformers, the Hugging Face hub) draws progress
+    # bars on stderr that bury the command's own output; a user can still ask for them.
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     parser = _parser()
     args, extra = parser.parse_known_args(argv)
     # Script benchmarks take their own options; everywhere else an unknown option is an error.

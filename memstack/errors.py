@@ -6,7 +6,8 @@ Every failure memstack can report derives from one root, so applications can cat
     MemstackError
     ├── ConfigurationError        bad option, unknown layer, wrong argument   (also ValueError)
     │   ├── RecipeError           a recipe file or mapping that does not validate
-    │   └── VocabularyError       a tokenizer vocabulary missing or failing its hash
+    │   ├── VocabularyError       a tokenizer vocabulary missing or failing its hash
+    │   └── MemoryTooLargeError   a memory longer than the store's max_memory_tokens
     ├── ItemValidationError       an item that is not a JSON-serialisable dict (also TypeError)
     ├── BackendError              the store failed or is unreachable
     │   ├── CapabilityError       the store cannot do an operation (atomically)
@@ -35,6 +36,7 @@ __all__ = [
     "DecryptionError",
     "DistillationError",
     "ItemValidationError",
+    "MemoryTooLargeError",
     "MemstackError",
     "RecipeError",
     "StoredItemError",
@@ -65,6 +67,19 @@ class ConfigurationError(MemstackError, ValueError):
 
 class VocabularyError(ConfigurationError):
     """A tokenizer vocabulary file is missing, unreadable or not the one tiktoken expects."""
+
+
+class MemoryTooLargeError(ConfigurationError):
+    """A memory is longer than any recall could inject; ``tokens`` is its length.
+
+    Refused rather than stored: recall packs whole memories into a token budget, so one
+    longer than the budget would be kept (and searched) but never returned.
+    """
+
+    def __init__(self, message: str, *, tokens: int, limit: int, layer: str | None = None) -> None:
+        super().__init__(message, layer=layer)
+        self.tokens = tokens
+        self.limit = limit
 
 
 class RecipeError(ConfigurationError):

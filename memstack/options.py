@@ -89,6 +89,8 @@ def _message(model: type[BaseModel], exc: ValidationError) -> str:
         return f"unknown option {name!r} (options: {known})"
     field = model.model_fields.get(name)
     wanted = field.description if field is not None and field.description else error["msg"]
+    if error["type"] == "missing":
+        return f"{name} is required ({wanted})"
     return f"{name} must be {wanted}, not {error['input']!r}"
 
 

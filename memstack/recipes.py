@@ -29,7 +29,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from importlib import import_module
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agents.memory import Session
 
@@ -38,6 +38,9 @@ from memstack.backends import open_backend
 from memstack.durations import parse_duration
 from memstack.errors import ConfigurationError, RecipeError
 from memstack.stack import LAYERS, LayerSpec, build_stack, check_options, resolve_layer
+
+if TYPE_CHECKING:
+    from memstack.governance.users import UserSessions
 
 __all__ = ["Recipe", "from_recipe", "load_recipe", "parse_duration"]
 
@@ -110,7 +113,7 @@ class Recipe:
                 check_url(self.url)
             except ConfigurationError as exc:
                 raise RecipeError(f"{self.source}: [backend]: {exc}") from exc
-        self._stack_over(InMemorySession("recipe-validation"), resolve=resolve)
+        self._stack_over(InMemorySession(self.sample_session_id()), resolve=resolve)
         if resolve:
             return []
         tables = [
@@ -125,8 +128,13 @@ class Recipe:
             for field, value in _references(options)
         ]
 
-    def open_memory(self, *, resolve: bool = True) -> Any:
-        """The ``MemoryStore`` of the ``[memory]`` table (secrets resolved now)."""
+    def open_memory(self, *, resolve: bool = True, keys: bool = True) -> Any:
+        """The ``MemoryStore`` of the ``[memory]`` table (secrets resolved now).
+
+        ``keys=False`` opens it without its key or keyring, reading no secret: enough to
+        forget a whole scope or one memory by id (a retention job, ``forget --user``),
+        which match on plain columns; searching, reading or writing needs the key.
+        """
         from memstack.memory import MemoryStore
 
         if not self.memory:
@@ -136,14 +144,53 @@ class Recipe:
                 value, source=self.source, where="[memory]", field=key, resolve=resolve
             )
             for key, value in self.memory.items()
+            if keys or (key not in SECRET_OPTIONS and not _is_reference(value))
         }
-        url = options.pop("url", None)
-        if not isinstance(url, str) or not url:
-            raise RecipeError(f"{self.source}: [memory]: field 'url' is required (a SQL URL)")
+        url = options.pop("url")
         try:
             return MemoryStore.from_url(url, **options)
-        except (ConfigurationError, TypeError) as exc:
+        except ConfigurationError as exc:
             raise RecipeError(f"{self.source}: [memory]: {exc}") from exc
+
+    def user_sessions(self) -> UserSessions:
+        """The ``[governance] user_sessions`` pattern (default ``"{user}:{thread}"``)."""
+        from memstack.governance.users import DEFAULT_PATTERN, UserSessions
+
+        pattern = self.governance.get("user_sessions", DEFAULT_PATTERN)
+        try:
+            return UserSessions(pattern)
+        except ConfigurationError as exc:
+            raise RecipeError(f"{self.source}: [governance]: {exc}") from exc
+
+    def memory_scope(self, session_id: str) -> str | None:
+        """The memory scope a session gets: the memory layer's ``scope`` if the recipe
+        sets one, else the user its id names by ``[governance] user_sessions`` (``bob``
+        for ``bob:t1``), the scope ``memory_tools`` and ``forget --user`` use too.
+        None when the recipe has no memory layer.
+
+        A session id the pattern does not match names no user: a ``RecipeError`` rather
+        than a scope of its own, whose memories no tool or erasure would ever find.
+        """
+        specs = [spec for spec in self.layers if spec.layer == "memory"]
+        if not specs:
+            return None
+        scope = specs[0].options.get("scope")
+        if scope is not None:
+            return str(scope)
+        users = self.user_sessions()
+        user = users.user_of(session_id)
+        if user is None:
+            raise RecipeError(
+                f"{self.source}: layers ({specs[0].layer}): session id {session_id!r} does not "
+                f"match [governance] user_sessions {users.pattern!r}, so it names no user "
+                "whose memories to recall; use session ids of that form, set user_sessions, "
+                "or give the memory layer a scope"
+            )
+        return user
+
+    def sample_session_id(self) -> str:
+        """A session id of the recipe's ``user_sessions`` form (what ``validate`` builds)."""
+        return self.user_sessions().pattern.format(user="user-1", thread="thread-1")
 
     def _backend_options(self, *, resolve: bool) -> dict[str, Any]:
         return {
@@ -164,6 +211,8 @@ class Recipe:
             }
             if spec.layer == "memory" and "store" not in options:
                 options["store"] = self.open_memory(resolve=resolve)
+            if spec.layer == "memory" and "scope" not in options:
+                options["scope"] = self.memory_scope(session.session_id)
             try:
                 session = build_stack(session, [LayerSpec(spec.layer, options)])
             except ConfigurationError as exc:
@@ -314,11 +363,7 @@ def load_recipe(recipe: str | Path | Mapping[str, Any], **overrides: Any) -> Rec
             f"{source}: unknown top-level key(s) {', '.join(unknown)}; "
             "allowed: backend, layers, memory, governance, cache, description"
         )
-    _apply_cache(data, source)
-    memory = {
-        key: _check_value(value, source=source, where="[memory]", field=key)
-        for key, value in dict(data.get("memory") or {}).items()
-    }
+    memory = _memory(data, source)
     backend = dict(data.get("backend") or {})
     url = overrides.pop("url", None) or backend.pop("url", None)
     backend.pop("url", None)
@@ -358,7 +403,7 @@ def load_recipe(recipe: str | Path | Mapping[str, Any], **overrides: Any) -> Rec
         raise RecipeError(
             f"{source}: overrides for layers not in the recipe: {', '.join(leftover)}"
         )
-    return Recipe(
+    loaded = Recipe(
         source,
         url,
         backend_options,
@@ -366,6 +411,8 @@ def load_recipe(recipe: str | Path | Mapping[str, Any], **overrides: Any) -> Rec
         governance=_governance(data, source),
         memory=memory,
     )
+    _apply_cache(data, source)  # last: a recipe refused for any reason changes nothing
+    return loaded
 
 
 def _apply_cache(data: Mapping[str, Any], source: str) -> None:
@@ -388,6 +435,25 @@ def _apply_cache(data: Mapping[str, Any], source: str) -> None:
         raise RecipeError(f"{source}: [cache]: {exc}") from exc
     if size != cache.max_bytes():  # a recipe loaded per request changes nothing after the first
         cache.configure(max_bytes=size)
+
+
+def _memory(data: Mapping[str, Any], source: str) -> dict[str, Any]:
+    """The ``[memory]`` table, checked as ``MemoryOptions`` (names, types, URL scheme)."""
+    table = data.get("memory") or {}
+    if not isinstance(table, Mapping):
+        raise RecipeError(f"{source}: 'memory' must be a table ([memory])")
+    checked = {
+        key: _check_value(value, source=source, where="[memory]", field=key)
+        for key, value in table.items()
+    }
+    if checked:  # only then is memstack.memory (SQLAlchemy, the SDK's tools) imported
+        from memstack.memory.options import MemoryOptions
+
+        try:
+            MemoryOptions.check(**checked)
+        except ConfigurationError as exc:
+            raise RecipeError(f"{source}: [memory]: {exc}") from exc
+    return checked
 
 
 def _governance(data: Mapping[str, Any], source: str) -> dict[str, Any]:

@@ -78,6 +78,11 @@ def _test_memory(recipe: Recipe, tmp_path: Path) -> Recipe:
     return dataclasses.replace(recipe, memory={**recipe.memory, "url": url})
 
 
+def _of_a_user(recipe: Recipe, thread: str) -> str:
+    """A session id naming a user: a recipe with memory recalls for the user of the id."""
+    return f"user-1:{thread}" if recipe.memory else thread
+
+
 async def _dispose(session: Any) -> None:
     for layer in session:
         if isinstance(layer, MemorySession):
@@ -103,7 +108,7 @@ async def test_recipe_contract(path: Path, check: Any, tmp_path: Path) -> None:
     opened: dict[str, Any] = {}
 
     def factory(session_id: str) -> Any:
-        opened[session_id] = recipe.build(session_id)
+        opened[session_id] = recipe.build(_of_a_user(recipe, session_id))
         return opened[session_id]
 
     try:
@@ -120,7 +125,7 @@ def test_recipe_under_the_runner(path: Path, tmp_path: Path) -> None:
     made: list[Any] = []
 
     def make() -> Any:
-        made.append(recipe.build(f"runner-{uuid.uuid4().hex}"))
+        made.append(recipe.build(_of_a_user(recipe, f"runner-{uuid.uuid4().hex}")))
         return made[-1]
 
     async def cleanup() -> None:

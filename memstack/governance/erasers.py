@@ -107,13 +107,14 @@ def memory_eraser(recipe: Any) -> Eraser | None:
 
     A user's long-term memories live under the scope named by their user id (the scope
     the ``memory`` layer and ``memory_tools`` are given); ``MemoryStore.erase`` deletes
-    them with their audit events. The store is opened for the erasure and closed after.
+    them with their audit events. The store is opened for the erasure, without its key
+    (a whole scope is found by plain columns, so the job needs no secret), and closed after.
     """
     if not getattr(recipe, "memory", None):
         return None
 
     async def erase(scope: str) -> int:
-        store = recipe.open_memory()
+        store = recipe.open_memory(keys=False)
         try:
             return int(await store.erase(scope))
         finally:

@@ -28,6 +28,16 @@ from memstack.governance.users import UserSessions
 __all__ = ["ForgetReport", "default_erasers", "forget"]
 
 
+# What one of each removed kind is called ("1 memory", not "1 memories").
+_SINGULAR = {
+    "memories": "memory",
+    "sessions": "session",
+    "items": "item",
+    "vault_entries": "vault_entry",
+    "user_keys": "user_key",
+}
+
+
 @dataclass(frozen=True)
 class ForgetReport:
     """What forgetting one user removed, by kind, and the audit record of it."""
@@ -41,7 +51,11 @@ class ForgetReport:
         return sum(n for kind, n in self.removed.items() if kind != "sessions")
 
     def __str__(self) -> str:
-        counts = ", ".join(f"{n} {kind.replace('_', ' ')}" for kind, n in self.removed.items() if n)
+        counts = ", ".join(
+            f"{n} {_SINGULAR.get(kind, kind) if n == 1 else kind}".replace("_", " ")
+            for kind, n in self.removed.items()
+            if n
+        )
         return f"forgot user {self.user!r}: removed {counts or 'nothing'}"
 
 

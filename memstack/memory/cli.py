@@ -5,7 +5,9 @@
     $ memstack memory consolidate recipes/personal-assistant.toml --scope user-42 --dry-run
     $ memstack memory forget recipes/personal-assistant.toml --scope user-42 --all
 
-Every command opens the recipe's ``[memory]`` store (resolving its key), runs, and closes it.
+Every command opens the recipe's ``[memory]`` store (resolving its key), runs, and closes it;
+``forget --all`` and ``forget --id`` need no key (they match plain columns, so a retention
+job runs without the secrets).
 """
 
 from __future__ import annotations
@@ -26,6 +28,11 @@ from memstack.memory.store import MemoryStore
 __all__ = ["add_memory_commands"]
 
 Handler = Callable[[MemoryStore, argparse.Namespace], Coroutine[Any, Any, int]]
+
+
+def memories(count: int) -> str:
+    """``"1 memory"``, ``"3 memories"``."""
+    return f"{count} memor{'y' if count == 1 else 'ies'}"
 
 
 def _when(seconds: float | None) -> str:
@@ -73,7 +80,7 @@ async def _show(store: MemoryStore, args: argparse.Namespace) -> int:
 async def _search(store: MemoryStore, args: argparse.Namespace) -> int:
     found = await store.recall(args.scope, args.query, max_tokens=args.tokens)
     print(found.text or "(nothing recalled)")
-    print(f"\n{len(found)} memories, {found.tokens} tokens", file=sys.stderr)
+    print(f"\n{memories(len(found))}, {found.tokens} tokens", file=sys.stderr)
     return 0
 
 
@@ -83,7 +90,7 @@ async def _forget(store: MemoryStore, args: argparse.Namespace) -> int:
     count = await store.forget(args.scope, args.id, key=args.key, actor="cli")
     if args.id and not count:  # one id typed by hand: a typo should not pass for success
         raise ConfigurationError(f"no memory {args.id!r} in scope {args.scope!r}")
-    print(f"forgot {count} memories of scope {args.scope!r}")
+    print(f"forgot {memories(count)} of scope {args.scope!r}")
     return 0
 
 
@@ -92,24 +99,24 @@ async def _consolidate(store: MemoryStore, args: argparse.Namespace) -> int:
     for change in changes:
         print(change.describe())
     verb = "would change" if args.dry_run else "changed"
-    print(f"{verb} {len(changes)} memories of scope {args.scope!r}", file=sys.stderr)
+    print(f"{verb} {memories(len(changes))} of scope {args.scope!r}", file=sys.stderr)
     return 0
 
 
 async def _embed(store: MemoryStore, args: argparse.Namespace) -> int:
     count = await store.embed_missing(args.scope)
-    print(f"embedded {count} memories of scope {args.scope!r}")
+    print(f"embedded {memories(count)} of scope {args.scope!r}")
     return 0
 
 
 async def _export(store: MemoryStore, args: argparse.Namespace) -> int:
-    memories = await store.list_memories(args.scope, include_inactive=True)
-    text = "".join(json.dumps(m.as_dict(), ensure_ascii=False) + "\n" for m in memories)
+    found = await store.list_memories(args.scope, include_inactive=True)
+    text = "".join(json.dumps(m.as_dict(), ensure_ascii=False) + "\n" for m in found)
     if args.output:
         await asyncio.to_thread(Path(args.output).write_text, text, encoding="utf-8")
     else:
         sys.stdout.write(text)
-    print(f"exported {len(memories)} memories of scope {args.scope!r}", file=sys.stderr)
+    print(f"exported {memories(len(found))} of scope {args.scope!r}", file=sys.stderr)
     return 0
 
 
@@ -117,7 +124,9 @@ def _runner(handler: Handler) -> Callable[[argparse.Namespace], Coroutine[Any, A
     async def run(args: argparse.Namespace) -> int:
         from memstack.recipes import load_recipe
 
-        store: MemoryStore = load_recipe(args.recipe).open_memory()
+        # Forgetting a whole scope or an id needs no key; by key it needs the key's digest.
+        keys = not (args.memory_command == "forget" and args.key is None)
+        store: MemoryStore = load_recipe(args.recipe).open_memory(keys=keys)
         try:
             return await handler(store, args)
         finally:

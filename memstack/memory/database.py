@@ -3,6 +3,10 @@
     >>> from memstack.memory.database import engine_url
     >>> engine_url("sqlite://:memory:"), engine_url("postgresql://db/app")
     ('sqlite+aiosqlite://', 'postgresql+asyncpg://db/app')
+    >>> engine_url("foo://x")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    memstack.errors.ConfigurationError: MemoryStore: unknown URL scheme foo://; long-term ...
 
 Long-term memory needs SQL (SQLite, PostgreSQL or MariaDB); users write the plain URL
 scheme and this module picks the async driver, so a wrong scheme fails with a message
@@ -11,11 +15,16 @@ naming the right ones rather than a SQLAlchemy dialect error.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import asyncio
+import hashlib
+import random
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager, suppress
 from typing import Any
 
-from sqlalchemy import event, insert, select
-from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+from sqlalchemy import event, insert, select, text
+from sqlalchemy.exc import ArgumentError, DBAPIError, IntegrityError, ProgrammingError
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 from sqlalchemy.pool import StaticPool
 
 from memstack.backends.translate import store_errors
@@ -33,6 +42,8 @@ __all__ = [
 ]
 
 _LAYER = "MemoryStore"
+# Creation attempts when another process creates the same tables at the same moment.
+_ATTEMPTS = 10
 _DRIVERS = {
     "sqlite": "sqlite+aiosqlite",
     "postgresql": "postgresql+asyncpg",
@@ -64,7 +75,15 @@ def engine_url(url: str) -> str:
             f"not {scheme}://",
             layer=_LAYER,
         )
-    return _DRIVERS.get(scheme, scheme) + "://" + rest
+    if "+" in scheme:  # a driver named by the caller (postgresql+psycopg): theirs to pick
+        return f"{scheme}://{rest}"
+    if scheme not in _DRIVERS:
+        raise ConfigurationError(
+            f"unknown URL scheme {scheme}://; long-term memory needs sqlite://, "
+            "postgresql://, mysql:// or mariadb://",
+            layer=_LAYER,
+        )
+    return f"{_DRIVERS[scheme]}://{rest}"
 
 
 def open_engine(url: str, engine_kwargs: Mapping[str, Any] | None = None) -> AsyncEngine:
@@ -76,6 +95,8 @@ def open_engine(url: str, engine_kwargs: Mapping[str, Any] | None = None) -> Asy
     with store_errors(None, layer=_LAYER, doing="opening the memory store"):
         try:
             return create_async_engine(target, **kwargs)
+        except ArgumentError as exc:  # no such dialect or driver, a malformed URL or option
+            raise ConfigurationError(f"cannot open {url!r}: {exc}", layer=_LAYER) from exc
         except ImportError as exc:
             raise ConfigurationError(
                 f"cannot open {url.partition('://')[0]}:// URLs: {exc} (pip install "
@@ -91,25 +112,66 @@ def secure_delete(engine: AsyncEngine) -> None:
 
 
 async def prepare(engine: AsyncEngine, tables: Tables, *, create_tables: bool) -> None:
-    """Create the tables (if asked) and check, or record, the schema version."""
-    meta = tables.meta
+    """Create the tables (if asked) and check, or record, the schema version.
+
+    Safe when several processes open a new database at once: on PostgreSQL and MariaDB
+    the creation runs under a database lock named after the tables; SQLite has no such
+    lock, so a creation that lost a race to another process (a table or the version row
+    that appeared meanwhile) is tried again, and then finds everything in place.
+    """
     with store_errors(None, layer=_LAYER, doing="preparing the memory tables"):
-        async with engine.begin() as conn:
-            if create_tables:
-                await conn.run_sync(tables.metadata.create_all)
-            found = (
-                await conn.execute(select(meta.c.value).where(meta.c.name == "schema_version"))
-            ).scalar()
-            if found is None:
-                await conn.execute(
-                    insert(meta).values(name="schema_version", value=str(SCHEMA_VERSION))
-                )
-            elif found != str(SCHEMA_VERSION):
-                raise ConfigurationError(
-                    f"memory tables have schema version {found}; this memstack reads "
-                    f"{SCHEMA_VERSION}",
-                    layer=_LAYER,
-                )
+        for attempt in range(_ATTEMPTS):
+            try:
+                async with engine.begin() as conn, _creation_lock(conn, tables):
+                    if create_tables:
+                        await conn.run_sync(tables.metadata.create_all)
+                    await _check_version(conn, tables)
+                return
+            except DBAPIError as exc:
+                if attempt == _ATTEMPTS - 1 or not _lost_race(exc):
+                    raise
+                await asyncio.sleep(random.uniform(0.01, 0.05) * (attempt + 1))
+
+
+def _lost_race(exc: DBAPIError) -> bool:
+    """Whether another process created a table, or the version row, first (or held the
+    file): worth another look. A database that cannot be reached is not."""
+    if isinstance(exc, IntegrityError | ProgrammingError):  # duplicate row, type or table
+        return True
+    message = str(exc.orig).lower()
+    return "already exists" in message or "locked" in message
+
+
+async def _check_version(conn: AsyncConnection, tables: Tables) -> None:
+    meta = tables.meta
+    found = (
+        await conn.execute(select(meta.c.value).where(meta.c.name == "schema_version"))
+    ).scalar()
+    if found is None:
+        await conn.execute(insert(meta).values(name="schema_version", value=str(SCHEMA_VERSION)))
+    elif found != str(SCHEMA_VERSION):
+        raise ConfigurationError(
+            f"memory tables have schema version {found}; this memstack reads {SCHEMA_VERSION}",
+            layer=_LAYER,
+        )
+
+
+@asynccontextmanager
+async def _creation_lock(conn: AsyncConnection, tables: Tables) -> AsyncIterator[None]:
+    """Serialise table creation across processes where the database has a named lock."""
+    name = f"memstack:{tables.meta.name}"
+    dialect = conn.dialect.name
+    if dialect == "postgresql":  # released with the transaction
+        digest = int.from_bytes(hashlib.sha256(name.encode()).digest()[:8], "big", signed=True)
+        await conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": digest})
+    elif dialect in ("mysql", "mariadb"):  # a session lock: released below
+        await conn.execute(text("SELECT GET_LOCK(:name, 60)"), {"name": name[:64]})
+    try:
+        yield
+    finally:
+        if dialect in ("mysql", "mariadb"):
+            with suppress(DBAPIError):  # a broken connection has released it already
+                await conn.execute(text("SELECT RELEASE_LOCK(:name)"), {"name": name[:64]})
 
 
 async def check_scope_keys(

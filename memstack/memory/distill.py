@@ -30,6 +30,7 @@ from memstack.base import full_history_layer
 from memstack.errors import ConfigurationError, DistillationError, MemstackError
 from memstack.history import is_user_message
 from memstack.memory.models import KINDS, SOURCES, Provenance
+from memstack.memory.person import third_person
 from memstack.memory.store import MemoryStore
 from memstack.model_client import chat_client
 
@@ -176,6 +177,8 @@ class RuleExtractor:
                     value = match.group("x").strip(" ,")
                     if len(value) < 2:
                         continue
+                    # The user's own words, restated: "I'm vegetarian" → "The user is …".
+                    value = third_person(value, capitalise=template.startswith("{x}"))
                     fields = {"x": value, "v": (match.groupdict().get("v") or "").lower()}
                     memory = template.format(**fields)
                     if memory.casefold() not in seen:

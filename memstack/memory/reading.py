@@ -35,7 +35,7 @@ from memstack.memory.ranking import precedence
 from memstack.memory.rows import memory_from_row
 from memstack.memory.schema import Tables
 from memstack.memory.semantic import fuse_scores
-from memstack.memory.text import term_counts
+from memstack.memory.text import query_term_counts
 
 __all__ = ["profile", "scopes", "search", "select_memories"]
 
@@ -75,7 +75,7 @@ async def search(
     parts: StoreParts, scope: str, query: str, *, limit: int, kinds: Sequence[str] | None
 ) -> list[tuple[Memory, float]]:
     """Live memories matching ``query``, best first, with their fused, weighed scores."""
-    query_terms = term_counts(query) if isinstance(query, str) else {}
+    query_terms = query_term_counts(query) if isinstance(query, str) else {}
     semantic = parts.semantic if isinstance(query, str) and query.strip() else None
     if not query_terms and semantic is None:
         return []

@@ -37,7 +37,7 @@ import memstack.memory.reading as reading
 import memstack.memory.writing as writing
 from memstack.backends.retry import DEFAULT_RETRY, Retry
 from memstack.crypto.keys import KeyProvider
-from memstack.errors import ConfigurationError
+from memstack.errors import ConfigurationError, MemoryTooLargeError
 from memstack.memory.cipher import MemoryCipher, keys_from
 from memstack.memory.consolidate import Change, ConsolidationPolicy, plan_consolidation
 from memstack.memory.database import check_scope_keys, open_engine, prepare, secure_delete
@@ -92,6 +92,7 @@ class MemoryStore:
         bm25: BM25 | None = None,
         embedder: Embedder | str | None = None,
         retry: Retry = DEFAULT_RETRY,
+        max_memory_tokens: int | None = 1000,
     ) -> None:
         if not isinstance(engine, AsyncEngine):
             raise ConfigurationError(
@@ -103,7 +104,19 @@ class MemoryStore:
                 f"retry must be a memstack.backends.retry.Retry, not {type(retry).__name__}",
                 layer=LAYER,
             )
+        if max_memory_tokens is not None and (
+            isinstance(max_memory_tokens, bool)
+            or not isinstance(max_memory_tokens, int)
+            or max_memory_tokens < 1
+        ):
+            raise ConfigurationError(
+                f"max_memory_tokens must be None or an int >= 1, not {max_memory_tokens!r}",
+                layer=LAYER,
+            )
         self.engine = engine
+        # Longer memories are refused (MemoryTooLargeError): recall packs whole memories
+        # into its token budget, so one longer than any budget would never be returned.
+        self.max_memory_tokens = max_memory_tokens
         self.cipher = MemoryCipher(keys_from(key, keyring))
         self.cipher.check()
         self.tables: Tables = tables(table_prefix)
@@ -243,9 +256,31 @@ class MemoryStore:
     ) -> list[Memory]:
         """Store several memories in one transaction (ingestion, distillation)."""
         stored = list(memories)
+        for memory in stored:
+            self._check_size(memory.text)
         await self._prepare(*{memory.scope for memory in stored})
         await writing.insert_memories(self.parts, stored, actor=actor)
         return stored
+
+    def count_tokens(self, text: str) -> int:
+        """``text``'s length in tokens, as recall counts it against its budget."""
+        return self._count_tokens(text)
+
+    def _check_size(self, text: str) -> None:
+        limit = self.max_memory_tokens
+        # A token spans at least one UTF-8 byte (at most four per character): a text this
+        # short cannot be over, and most are, so they are not counted here.
+        if limit is None or 4 * len(text) <= limit:
+            return
+        tokens = self._count_tokens(text)
+        if tokens > limit:
+            raise MemoryTooLargeError(
+                f"a memory of {tokens} tokens is longer than max_memory_tokens={limit}, so "
+                "no recall could return it; store a shorter summary, or split it",
+                tokens=tokens,
+                limit=limit,
+                layer=LAYER,
+            )
 
     async def verify(self, scope: str, memory_id: str, *, actor: str = "api") -> Memory:
         """Mark a memory as checked now (procedures re-validated, facts confirmed)."""
@@ -254,8 +289,13 @@ class MemoryStore:
 
     # -- key–value surface -----------------------------------------------------------------
     async def write(self, scope: str, key: str, text: str, **options: Any) -> Memory:
-        """Set ``key`` to ``text`` (an explicit memory that supersedes the key's older ones)."""
+        """Set ``key`` to ``text`` (an explicit memory that supersedes the key's older ones).
+
+        A keyed value is a standing fact by default (``kind="fact"``): the standing block
+        of recall (``profile=True``, the memory layer) shows it without a matching query.
+        """
         options.setdefault("source", "explicit")
+        options.setdefault("kind", "fact")
         return await self.remember(scope, text, key=key, **options)
 
     async def read(self, scope: str, key: str) -> Memory | None:

@@ -1,13 +1,21 @@
 """Search terms of a text: words, lower-cased, stop words dropped, Snowball-stemmed.
 
-    >>> from memstack.memory.text import terms, term_counts
+    >>> from memstack.memory.text import query_term_counts, terms, term_counts
     >>> terms("Caroline went to the LGBTQ support groups")
     ['carolin', 'went', 'lgbtq', 'support', 'group']
     >>> term_counts("Runs, running, ran.")
     {'run': 2, 'ran': 1}
+    >>> terms("Zoë met José"), terms("zoe met jose")
+    (['zoe', 'met', 'jose'], ['zoe', 'met', 'jose'])
+    >>> query_term_counts("Zoë")  # and the form earlier releases indexed
+    {'zoe': 1, 'zoë': 1}
 
 The same function feeds indexing and queries, on every backend, so ranking is identical
 whatever the database; only digests of these terms are stored (``memstack.memory.cipher``).
+Accents are folded (``Zoë`` and ``zoe`` are one term), since users type names without
+them; only Latin diacritics are dropped, so other scripts keep their marks.
+``query_term_counts`` also asks for a word's unfolded form, under which earlier releases
+indexed it, so memories stored before folding are still found by the accented word.
 """
 
 from __future__ import annotations
@@ -19,7 +27,7 @@ from functools import lru_cache
 
 import snowballstemmer
 
-__all__ = ["STOP_WORDS", "term_counts", "terms"]
+__all__ = ["STOP_WORDS", "fold", "query_term_counts", "term_counts", "terms"]
 
 _WORD = re.compile(r"[^\W_]+(?:['’][^\W_]+)*")
 
@@ -37,6 +45,21 @@ ways type types thing things might say"""
 STOP_WORDS = frozenset(_STOP.split())
 
 _stemmer = snowballstemmer.stemmer("english")
+# Latin letters with no decomposition into a base letter and a mark.
+_LETTERS = str.maketrans({"ø": "o", "æ": "ae", "œ": "oe", "ł": "l", "đ": "d", "ð": "d", "þ": "th"})
+
+
+@lru_cache(maxsize=65_536)
+def fold(word: str) -> str:
+    """``word`` (case-folded) without Latin diacritics: ``zoë`` → ``zoe``, ``łódź`` → ``lodz``."""
+    if word.isascii():
+        return word
+    bare = "".join(
+        char
+        for char in unicodedata.normalize("NFD", word)
+        if not "\u0300" <= char <= "\u036f"  # Combining Diacritical Marks (Latin accents)
+    )
+    return unicodedata.normalize("NFC", bare).translate(_LETTERS)
 
 
 @lru_cache(maxsize=65_536)
@@ -45,8 +68,8 @@ def _stem(word: str) -> str:
     return stem
 
 
-def terms(text: str) -> list[str]:
-    """The text's search terms, in order, repeats kept."""
+def _words(text: str) -> list[str]:
+    """Case-folded words of ``text`` that can be terms, before accent folding and stemming."""
     folded = unicodedata.normalize("NFKC", text).casefold().replace("’", "'")
     out: list[str] = []
     for match in _WORD.finditer(folded):
@@ -57,10 +80,24 @@ def terms(text: str) -> list[str]:
             word = word[:-2]
         word = word.replace("'", "")
         if len(word) > 1 or word.isdigit():
-            out.append(_stem(word))
+            out.append(word)
     return out
+
+
+def terms(text: str) -> list[str]:
+    """The text's search terms, in order, repeats kept."""
+    return [_stem(fold(word)) for word in _words(text)]
 
 
 def term_counts(text: str) -> dict[str, int]:
     """Term frequencies of ``text``."""
     return dict(Counter(terms(text)))
+
+
+def query_term_counts(query: str) -> dict[str, int]:
+    """``term_counts`` of a query, plus the unfolded term of each accented word in it."""
+    counts = Counter(terms(query))
+    for word in _words(query):
+        if fold(word) != word:
+            counts[_stem(word)] += 1
+    return dict(counts)

@@ -115,7 +115,7 @@ def test_forget_by_an_unknown_id_says_so(recipe: Path, tmp_path: Path) -> None:
     assert elsewhere.returncode == 2 and f"no memory '{cat_id}' in scope 'bob'" in elsewhere.stderr
     found = memstack("memory", "forget", str(recipe), "--scope", "ana", "--id", cat_id)
     assert found.returncode == 0, found.stderr
-    assert found.stdout.strip() == "forgot 1 memories of scope 'ana'"
+    assert found.stdout.strip() == "forgot 1 memory of scope 'ana'"
     # A key or a scope that matches nothing is already as asked: "forgot 0", exit 0.
     for selector in (["--key", "diet"], ["--all"]):
         none = memstack("memory", "forget", str(recipe), "--scope", "ana", *selector)
@@ -135,7 +135,7 @@ def test_memory_embed_command_backfills_vectors(recipe: Path, tmp_path: Path) ->
     recipe.write_text(recipe.read_text().replace("[memory]\n", '[memory]\nembedder = "hashing"\n'))
     done = memstack("memory", "embed", str(recipe), "--scope", "ana")
     assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == "embedded 1 memories of scope 'ana'"
+    assert done.stdout.strip() == "embedded 1 memory of scope 'ana'"
     again = memstack("memory", "embed", str(recipe), "--scope", "ana")
     assert again.stdout.strip() == "embedded 0 memories of scope 'ana'"
 

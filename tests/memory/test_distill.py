@@ -36,9 +36,29 @@ def test_rule_extractor_finds_names_preferences_requests_and_corrections() -> No
         ("The user's name is Ana", "fact", "explicit", "name", 0),
         ("The user lives in Porto", "fact", "explicit", "home", 0),
         ("The user loves hiking", "preference", "explicit", None, 0),
-        ("my flight is on Friday", "note", "explicit", None, 2),
+        ("The user's flight is on Friday", "note", "explicit", None, 2),
         ("Correction from the user: the meeting is at 10, not 9", "note", "feedback", None, 3),
     ]
+
+
+@pytest.mark.parametrize(
+    ("said", "stored"),
+    [
+        ("Remember that I'm vegetarian.", "The user is vegetarian"),
+        ("Please remember that my dog is called Rex", "The user's dog is called Rex"),
+        ("Don't forget I don't eat pork", "The user doesn't eat pork"),
+        ("note that I've moved to Lisbon and I walk to work", "The user has moved to Lisbon"),
+        (
+            "Actually, I work late on Mondays",
+            "Correction from the user: the user works late on Mondays",
+        ),
+        ("I love my garden", "The user loves the user's garden"),
+        ("Remember that Ibiza is where I grew up", "Ibiza is where the user grew up"),
+    ],
+)
+def test_rule_extractor_stores_the_users_words_in_the_third_person(said: str, stored: str) -> None:
+    found = RuleExtractor().extract_sync([{"role": "user", "content": said}])
+    assert found[0].text == stored
 
 
 async def test_llm_extractor_with_structured_output() -> None:

@@ -113,7 +113,7 @@ async def test_tools_are_bound_to_their_scope() -> None:
     assert (await call(remember, {"text": "Ana likes cats", "kind": "preference"})).startswith(
         "saved memory"
     )
-    listed = json.loads(await call(list_memories, {}))
+    listed = json.loads(await call(list_memories, {}))["memories"]
     assert [m["text"] for m in listed] == ["Ana likes cats"]
     assert await call(forget, {"memory_id": listed[0]["id"]}) == "deleted 1 memory"
     assert await call(forget, {}) == "give exactly one of memory_id or key"

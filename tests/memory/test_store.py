@@ -147,3 +147,24 @@ async def test_a_newer_schema_version_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ConfigurationError, match="schema version 2"):
         await again.recall("ana", "x")
     await again.close()
+
+
+async def test_accents_fold_in_full_text_search(memory: MemoryStore, scope: str) -> None:
+    await memory.remember(scope, "Zoë's birthday is in May")
+    await memory.remember(scope, "Lunch with José at the Café Müller")
+    for query in ("zoe birthday", "Zoë", "ZOE"):
+        found = [m.text for m, _ in await memory.search(scope, query)]
+        assert found == ["Zoë's birthday is in May"], query
+    found = [m.text for m, _ in await memory.search(scope, "jose cafe muller")]
+    assert found == ["Lunch with José at the Café Müller"]
+
+
+async def test_write_stores_a_standing_fact(memory: MemoryStore, scope: str) -> None:
+    await memory.write(scope, "home_city", "Lives in Porto")
+    current = await memory.read(scope, "home_city")
+    assert current is not None and current.kind == "fact"
+    # The standing block shows it without a matching word in the query.
+    recalled = await memory.recall(scope, "what should I cook tonight?", profile=True)
+    assert [m.text for m in recalled] == ["Lives in Porto"]
+    note = await memory.write(scope, "todo", "Buy stamps", kind="note")
+    assert note.kind == "note"

@@ -1,0 +1,85 @@
+"""Several processes opening a new memory database at once: every one of them remembers.
+
+Real processes, started together behind a barrier, each calling ``MemoryStore.from_url``
+then ``remember`` on tables nobody has created yet (a new SQLite file, or a new
+``table_prefix`` on PostgreSQL and MariaDB).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import multiprocessing
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from memstack.memory import MemoryStore
+
+from .conftest import MEMORY_BACKENDS, memory_url
+
+PROCESSES = 3
+ROUNDS = 2
+
+
+def _remember(url: str, prefix: str, name: str, barrier: Any, results: Any) -> None:
+    async def run() -> str:
+        store = MemoryStore.from_url(url, table_prefix=prefix)
+        try:
+            barrier.wait(timeout=60)
+            memory = await store.remember("shared", f"written by {name}")
+            return memory.id
+        finally:
+            await store.close()
+
+    try:
+        results.put((name, "ok", asyncio.run(run())))
+    except BaseException as exc:  # reported to the parent, which asserts on it
+        results.put((name, "error", f"{type(exc).__name__}: {exc}"))
+
+
+async def _drop(url: str, prefix: str) -> None:
+    store = MemoryStore.from_url(url, table_prefix=prefix)
+    async with store.engine.begin() as conn:
+        await conn.run_sync(store.tables.metadata.drop_all)
+    await store.close()
+
+
+@pytest.mark.parametrize("backend", MEMORY_BACKENDS)
+def test_processes_creating_the_tables_at_once_all_remember(backend: str, tmp_path: Path) -> None:
+    context = multiprocessing.get_context("spawn")
+    failures: list[str] = []
+    for round_ in range(ROUNDS):
+        folder = tmp_path / f"round{round_}"
+        folder.mkdir()
+        url = memory_url(backend, folder)
+        prefix = f"race{uuid.uuid4().hex[:8]}_"
+        barrier = context.Barrier(PROCESSES)
+        results = context.Queue()
+        workers = [
+            context.Process(target=_remember, args=(url, prefix, f"p{i}", barrier, results))
+            for i in range(PROCESSES)
+        ]
+        for worker in workers:
+            worker.start()
+        outcomes = [results.get(timeout=120) for _ in workers]
+        for worker in workers:
+            worker.join(timeout=60)
+        failures += [
+            f"round {round_} {name}: {what}" for name, status, what in outcomes if status != "ok"
+        ]
+
+        async def stored(url: str, prefix: str) -> list[str]:
+            store = MemoryStore.from_url(url, table_prefix=prefix)
+            try:
+                return sorted(m.text for m in await store.list_memories("shared"))
+            finally:
+                await store.close()
+
+        texts = asyncio.run(stored(url, prefix))
+        if backend != "sqlite":
+            asyncio.run(_drop(url, prefix))
+        if not failures:
+            assert texts == [f"written by p{i}" for i in range(PROCESSES)]
+    assert failures == []

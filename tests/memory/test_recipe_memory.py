@@ -1,0 +1,176 @@
+"""A recipe's ``[memory]`` as a new user meets it: scope per user, keyless forgetting, errors.
+
+Each test replays a defect of a first trial (issue 23) through the CLI or ``from_recipe``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from memstack import from_recipe
+from memstack.crypto import generate_key
+from memstack.errors import RecipeError
+from memstack.memory import MemoryStore
+from memstack.recipes import load_recipe
+
+KEY = generate_key()
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def memstack(*args: str, key: bool = True) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("MEMORY_KEY", "ASSISTANT_KEY")}
+    if key:
+        env["MEMORY_KEY"] = env["ASSISTANT_KEY"] = KEY
+    return subprocess.run(
+        [sys.executable, "-m", "memstack", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+
+
+def assistant(tmp_path: Path, *, extra: str = "") -> Path:
+    """The shipped personal-assistant recipe, its databases moved into ``tmp_path``."""
+    text = (ROOT / "recipes" / "personal-assistant.toml").read_text()
+    text = text.replace("sqlite:///assistant.db", f"sqlite:///{tmp_path / 'chat.db'}")
+    text = text.replace("sqlite:///assistant-memory.db", f"sqlite:///{tmp_path / 'memory.db'}")
+    path = tmp_path / "assistant.toml"
+    path.write_text(text + extra)
+    return path
+
+
+def seed(tmp_path: Path, scope: str, *texts: str) -> None:
+    async def run() -> None:
+        store = MemoryStore.from_url(f"sqlite:///{tmp_path / 'memory.db'}", key=KEY)
+        try:
+            for text in texts:
+                await store.remember(scope, text, kind="preference")
+        finally:
+            await store.close()
+
+    asyncio.run(run())
+
+
+def stored(tmp_path: Path, scope: str) -> list[str]:
+    async def run() -> list[str]:
+        store = MemoryStore.from_url(f"sqlite:///{tmp_path / 'memory.db'}", key=KEY)
+        try:
+            return [m.text for m in await store.list_memories(scope)]
+        finally:
+            await store.close()
+
+    return asyncio.run(run())
+
+
+# -- the memory scope is the user of the session id -------------------------------------------
+async def test_assistant_recipe_recalls_the_users_memories_in_each_thread(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ASSISTANT_KEY", KEY)
+    recipe = assistant(tmp_path)
+    await asyncio.to_thread(seed, tmp_path, "bob", "Bob prefers answers in French")
+    for thread in ("bob:t1", "bob:t2"):
+        session = from_recipe(recipe, session_id=thread)
+        await session.add_items([{"role": "user", "content": "What language do I want?"}])
+        items = await session.get_items()
+        assert items[0]["role"] == "developer", thread
+        assert "Bob prefers answers in French" in items[0]["content"]
+    other = from_recipe(recipe, session_id="ann:t1")
+    await other.add_items([{"role": "user", "content": "What language do I want?"}])
+    assert [item["role"] for item in await other.get_items()] == ["user"]
+
+
+def test_a_session_id_naming_no_user_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ASSISTANT_KEY", KEY)
+    with pytest.raises(
+        RecipeError, match=r"session id 'bob' does not match .*'\{user\}:\{thread\}'"
+    ):
+        from_recipe(assistant(tmp_path), session_id="bob")
+
+
+def test_user_sessions_pattern_and_explicit_scope(tmp_path: Path) -> None:
+    recipe = load_recipe(
+        assistant(tmp_path, extra='\n[governance]\nuser_sessions = "tenant/{user}/{thread}"\n')
+    )
+    assert recipe.memory_scope("tenant/bob/t1") == "bob"
+    assert recipe.sample_session_id() == "tenant/user-1/thread-1"
+    fixed = load_recipe(assistant(tmp_path), memory={"scope": "team"})
+    assert fixed.memory_scope("anything") == "team"
+
+
+def test_validate_says_which_scope_a_session_gets(tmp_path: Path) -> None:
+    recipe = str(assistant(tmp_path))
+    default = memstack("validate", recipe, key=False)
+    assert default.returncode == 0, default.stderr
+    assert "memory scope: session 'user-1:thread-1' → scope 'user-1'" in default.stdout
+    bob = memstack("validate", recipe, "--session", "bob:t1", key=False)
+    assert "memory scope: session 'bob:t1' → scope 'bob'" in bob.stdout
+    bad = memstack("validate", recipe, "--session", "bob", key=False)
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1
+    assert "session id 'bob' does not match" in bad.stderr
+
+
+# -- forgetting a whole scope needs no key ----------------------------------------------------
+def test_cli_forgets_a_user_and_a_scope_without_the_memory_key(tmp_path: Path) -> None:
+    recipe = str(assistant(tmp_path))
+    seed(tmp_path, "bob", "Bob prefers answers in French")
+    seed(tmp_path, "ann", "Ann prefers tea", "Ann likes trains")
+    user = memstack("forget", recipe, "--user", "bob", key=False)
+    assert user.returncode == 0, user.stderr
+    assert "removed 1 memory" in user.stdout
+    scope = memstack("memory", "forget", recipe, "--scope", "ann", "--all", key=False)
+    assert scope.returncode == 0, scope.stderr
+    assert scope.stdout.strip() == "forgot 2 memories of scope 'ann'"
+    assert stored(tmp_path, "bob") == [] and stored(tmp_path, "ann") == []
+    # By key the memory key is needed (its digest finds the rows), and the error says so.
+    by_key = memstack("memory", "forget", recipe, "--scope", "ann", "--key", "diet", key=False)
+    assert by_key.returncode == 2 and "ASSISTANT_KEY" in by_key.stderr
+
+
+# -- [memory] errors are one line, exit 2, naming file and table --------------------------------
+@pytest.mark.parametrize(
+    ("table", "message"),
+    [
+        ('url = "foo://x"', "[memory]: MemoryStore: url must be a SQL URL"),
+        ('url = "sqlite:///m.db"\nkeyy = { env = "K" }', "unknown option 'keyy'"),
+        (
+            "url = 5",
+            "url must be a SQL URL (sqlite:///…, postgresql://…, mysql://…, mariadb://…), not 5",
+        ),
+        ('table_prefix = "x"', "url is required"),
+        ('url = "sqlite:///m.db"\nmax_memory_tokens = 0', "max_memory_tokens must be None or"),
+    ],
+)
+@pytest.mark.parametrize("resolve", [False, True])
+def test_memory_table_errors(tmp_path: Path, table: str, message: str, resolve: bool) -> None:
+    path = tmp_path / "r.toml"
+    path.write_text(
+        f'[backend]\nurl = "sqlite:///{tmp_path / "c.db"}"\n\n[memory]\n{table}\n\n'
+        '[[layers]]\nlayer = "memory"\n'
+    )
+    result = memstack("validate", str(path), *(["--resolve"] if resolve else []))
+    assert result.returncode == 2, result
+    assert result.stderr.count("\n") == 1, result.stderr
+    assert result.stderr.startswith(f"memstack: error: {path}: [memory]: "), result.stderr
+    assert message in result.stderr
+
+
+# -- the CLI's output is its own --------------------------------------------------------------
+def test_cli_prints_no_model_loader_progress_bars(tmp_path: Path) -> None:
+    pytest.importorskip("sentence_transformers")
+    recipe = assistant(tmp_path)
+    recipe.write_text(recipe.read_text().replace('# embedder = "minilm"', 'embedder = "minilm"'))
+    seed(tmp_path, "ann", "Ann has a cat called Miso")
+    found = memstack("memory", "search", str(recipe), "--scope", "ann", "cat")
+    assert found.returncode == 0, found.stderr
+    assert "Miso" in found.stdout
+    assert found.stderr == "\n1 memory, 22 tokens\n"  # no bar, nothing else
