@@ -8,6 +8,7 @@ session = build_stack(
 )
 # or: session = from_recipe("recipes/dev-sqlite.toml", session_id="user-42")
 # await Runner.run(agent, "Hello", session=session)
+# at shutdown: await memstack.dispose()  (the process's pools and clients, memstack.resources)
 """
 
 from memstack.backends import (
@@ -43,6 +44,7 @@ from memstack.layers import (
 )
 from memstack.model_input import ModelInputFilter, input_filter
 from memstack.recipes import from_recipe, load_recipe
+from memstack.resources import dispose
 from memstack.stack import LAYERS, LayerSpec, build_stack
 from memstack.tokens import TokenCounter
 
@@ -79,6 +81,7 @@ __all__ = [
     "__version__",
     "build_stack",
     "capabilities_of",
+    "dispose",
     "find",
     "from_recipe",
     "input_filter",

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from agents.memory import Session, SQLiteSession
 
+import memstack.resources as resources
 from memstack.backends.translate import store_errors
 from memstack.durations import parse_duration, seconds_of
 from memstack.errors import ConfigurationError
@@ -63,9 +64,11 @@ def _sqlite_path(url: str, scheme: str) -> str:
 def open_backend(url: str, session_id: str, **options: Any) -> Session:
     """The SDK session for ``url``; ``options`` go to its constructor.
 
-    SQLAlchemy URLs create their tables unless ``create_tables=False`` and accept a shared
-    ``engine=`` (one pool for many sessions). ``redis://`` accepts ``key_prefix=``. A store
-    that cannot be opened (a SQLite file in a missing folder) raises ``BackendError``.
+    SQLAlchemy URLs create their tables unless ``create_tables=False``. Their engine is the
+    process's for the URL and ``engine_kwargs`` (``memstack.resources``: one pool per
+    event loop, closed by ``memstack.dispose()``), or the ``engine=`` you pass.
+    ``redis://`` accepts ``key_prefix=``. A store that cannot be opened (a SQLite file in a
+    missing folder) raises ``BackendError``.
     """
     with store_errors(None, doing=f"opening {_without_password(url)}"):
         return _open(url, session_id, options)
@@ -147,13 +150,23 @@ def _open_sqlalchemy(url: str, scheme: str, session_id: str, options: dict[str, 
     from sqlalchemy.exc import ArgumentError, NoSuchModuleError
     from sqlalchemy.ext.asyncio import create_async_engine
 
+    from memstack.backends.engines import configure_engine, in_memory_sqlite
+
     url = _sqlalchemy_url(url, scheme)
     scheme = _DEFAULT_DRIVERS.get(scheme, scheme)
     engine = options.pop("engine", None)
     create_tables = options.pop("create_tables", True)
     if engine is None:
+        engine_kwargs = options.pop("engine_kwargs", {})
         try:
-            engine = create_async_engine(url, **options.pop("engine_kwargs", {}))
+            if in_memory_sqlite(url):  # its one connection is the database: never shared
+                engine = create_async_engine(url, **engine_kwargs)
+            else:  # the process's pool for this URL and these options (memstack.resources)
+                engine = resources.engine(url, **engine_kwargs)
+                if engine.dialect.name == "sqlite":
+                    # The SDK sets SQLite's busy timeout and WAL on the engine it is given;
+                    # a shared engine is one per loop, and each of them needs it.
+                    configure_engine(engine, SQLAlchemySession._configure_sqlite_engine)
         except (ArgumentError, NoSuchModuleError, ImportError) as exc:
             raise ConfigurationError(
                 f"cannot open {scheme}:// URLs: {exc} (is the driver installed? "
