@@ -64,6 +64,7 @@ class PerLoop(Generic[T]):
             found = self._by_loop.get(slot)
             if found is not None and (found[0] is None or found[0]() is loop):
                 return found[1]
+            self._sweep()
             value = self._make()
             ref = weakref.ref(loop) if loop is not None else None
             self._by_loop[slot] = (ref, value)
@@ -74,10 +75,24 @@ class PerLoop(Generic[T]):
             return value
 
     def values(self) -> list[T]:
-        return [value for _, value in list(self._by_loop.values())]
+        with self._lock:
+            self._sweep()
+            return [value for _, value in self._by_loop.values()]
 
     def __len__(self) -> int:
-        return len(self._by_loop)
+        return len(self.values())
+
+    def _sweep(self) -> None:
+        """Forget the values of closed loops: nothing can run on them any more.
+
+        Needed beside the finalizer: a value often refers to its loop (a connection
+        does), so while we hold the value the loop is never collected. Dropped, its
+        sockets close as it is collected.
+        """
+        for slot, (ref, _) in list(self._by_loop.items()):
+            loop = ref() if ref is not None else None
+            if ref is not None and (loop is None or loop.is_closed()):
+                del self._by_loop[slot]
 
     def _forget(self, slot: int, ref: object) -> None:
         with self._lock:

@@ -46,6 +46,7 @@ __all__ = [
     "dispose",
     "engine",
     "model_client",
+    "options_key",
     "stats",
 ]
 
@@ -79,12 +80,12 @@ class Stats:
     model_clients: int
 
 
-def _frozen(value: Any) -> Hashable:
-    """``value`` as a key: mappings and lists by content, anything else by itself."""
+def options_key(value: Any) -> Hashable:
+    """``value`` as a dict key: mappings and lists by content, anything else by itself."""
     if isinstance(value, Mapping):
-        return tuple(sorted((str(k), _frozen(v)) for k, v in value.items()))
+        return tuple(sorted((str(k), options_key(v)) for k, v in value.items()))
     if isinstance(value, list | tuple | set | frozenset):
-        return tuple(_frozen(v) for v in value)
+        return tuple(options_key(v) for v in value)
     try:
         hash(value)
     except TypeError:
@@ -97,12 +98,13 @@ class Resources:
 
     def __init__(self) -> None:
         self._engines: dict[Hashable, LoopEngine] = {}
-        self._clients: dict[str, PerLoop[AsyncOpenAI]] = {}
+        # By the endpoint itself (its key in memory only, as the clients hold it anyway).
+        self._clients: dict[Endpoint, PerLoop[AsyncOpenAI]] = {}
         self._lock = threading.Lock()
 
     def engine(self, url: str, options: Mapping[str, Any] | None = None) -> LoopEngine:
         """The shared engine for ``url`` (an async SQLAlchemy URL) and these options."""
-        key = (url, _frozen(options or {}))
+        key = (url, options_key(options or {}))
         found = self._engines.get(key)
         if found is None:
             with self._lock:
@@ -115,13 +117,12 @@ class Resources:
 
     def model_client(self, endpoint: Endpoint) -> PerLoop[AsyncOpenAI]:
         """The shared clients (one per loop) for ``endpoint``."""
-        key = endpoint.fingerprint()
-        found = self._clients.get(key)
+        found = self._clients.get(endpoint)
         if found is None:
             with self._lock:
-                found = self._clients.get(key)
+                found = self._clients.get(endpoint)
                 if found is None:
-                    found = self._clients[key] = PerLoop(
+                    found = self._clients[endpoint] = PerLoop(
                         lambda: _new_client(endpoint), _close_client
                     )
         return found
@@ -142,7 +143,7 @@ class Resources:
 
     def __repr__(self) -> str:
         urls = sorted({e.shown for e in list(self._engines.values())})
-        return f"Resources(engines={urls}, endpoints={sorted(self._clients)})"
+        return f"Resources(engines={urls}, endpoints={sorted(map(repr, self._clients))})"
 
 
 def _new_client(endpoint: Endpoint) -> AsyncOpenAI:

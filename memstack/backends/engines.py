@@ -13,6 +13,7 @@ connection they ask for comes from the pool of the loop they run on (``memstack.
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
@@ -93,6 +94,7 @@ def configure_engine(engine: AsyncEngine, setup: Callable[[AsyncEngine], None]) 
         setup(engine)
 
 
+@functools.lru_cache(maxsize=256)  # asked per store opened: a stack is built per request
 def in_memory_sqlite(url: str) -> bool:
     """Whether ``url`` names an in-memory SQLite database.
 

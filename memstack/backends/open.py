@@ -18,6 +18,7 @@ opening anything (``memstack validate --resolve``).
 
 from __future__ import annotations
 
+import functools
 import re
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
@@ -130,6 +131,7 @@ def _open_redis(url: str, session_id: str, options: dict[str, Any]) -> Session:
     return redis_session.from_url(session_id, url=url, **options)
 
 
+@functools.lru_cache(maxsize=256)  # parsed and its dialect loaded once per URL, not per request
 def _sqlalchemy_url(url: str, scheme: str) -> str:
     """``url`` with the default async driver of a plain dialect; its dialect must load."""
     from sqlalchemy.engine import make_url
@@ -150,7 +152,8 @@ def _open_sqlalchemy(url: str, scheme: str, session_id: str, options: dict[str, 
     from sqlalchemy.exc import ArgumentError, NoSuchModuleError
     from sqlalchemy.ext.asyncio import create_async_engine
 
-    from memstack.backends.engines import configure_engine, in_memory_sqlite
+    from memstack.backends.engines import LoopEngine, configure_engine, in_memory_sqlite
+    from memstack.backends.prototypes import sdk_session
 
     url = _sqlalchemy_url(url, scheme)
     scheme = _DEFAULT_DRIVERS.get(scheme, scheme)
@@ -172,10 +175,21 @@ def _open_sqlalchemy(url: str, scheme: str, session_id: str, options: dict[str, 
                 f"cannot open {scheme}:// URLs: {exc} (is the driver installed? "
                 "pip install memstack[postgres] or memstack[mysql])"
             ) from exc
+    # A store per request: over the process's engine, copy the first one built (its
+    # tables and session factory are the same for every session id).
+    make: Any = sdk_session if isinstance(engine, LoopEngine) else _construct
     if engine.dialect.name in _MYSQL_DIALECTS and create_tables:
         # The SDK's schema uses VARCHAR without a length, which MySQL/MariaDB refuse;
         # memstack creates the same tables with lengths on first use instead.
         from memstack.backends.sqlalchemy_store import MySQLSQLAlchemySession
 
-        return MySQLSQLAlchemySession(session_id, engine=engine, **options)
-    return SQLAlchemySession(session_id, engine=engine, create_tables=create_tables, **options)
+        session: Session = make(MySQLSQLAlchemySession, session_id, engine=engine, **options)
+        return session
+    session = make(
+        SQLAlchemySession, session_id, engine=engine, create_tables=create_tables, **options
+    )
+    return session
+
+
+def _construct(cls: type[Session], session_id: str, **options: Any) -> Session:
+    return cls(session_id, **options)  # type: ignore[call-arg]
