@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import functools
 import inspect
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from importlib import import_module
 from typing import Any
@@ -63,9 +63,9 @@ def resolve_layer(layer: str | type[SessionLayer]) -> type[SessionLayer]:
 
 
 @functools.cache  # per layer class: a stack is built per request
-def _keywords(cls: type[SessionLayer]) -> tuple[list[str], bool, frozenset[str]]:
-    """``cls``'s keyword-only options, whether it takes any keyword, and the required ones."""
-    params = inspect.signature(cls.__init__).parameters
+def _keywords(init: Callable[..., None]) -> tuple[list[str], bool, frozenset[str]]:
+    """``init``'s keyword-only options, whether it takes any keyword, and the required ones."""
+    params = inspect.signature(init).parameters
     allowed = [name for name, p in params.items() if p.kind is p.KEYWORD_ONLY]
     any_keyword = any(p.kind is p.VAR_KEYWORD for p in params.values())
     empty = inspect.Parameter.empty
@@ -79,7 +79,7 @@ def check_options(
 
     ``supplied`` names required options a caller adds later (a recipe's memory ``store``).
     """
-    allowed, any_keyword, required = _keywords(cls)
+    allowed, any_keyword, required = _keywords(cls.__init__)
     listed = ", ".join(allowed) or "none"
     if not any_keyword:
         unknown = sorted(set(options) - set(allowed))

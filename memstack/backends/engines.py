@@ -45,7 +45,7 @@ class LoopEngine(AsyncEngine):
         self._setup_lock = threading.Lock()
         self.engines: PerLoop[AsyncEngine] = PerLoop(self._new_engine, _dispose_engine)
 
-    @property  # type: ignore[override]
+    @property
     def sync_engine(self) -> Engine:
         return self.engines.get().sync_engine
 

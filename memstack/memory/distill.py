@@ -66,11 +66,6 @@ class Candidate:
 
 @runtime_checkable
 class Extractor(Protocol):
-    @property
-    def client(self) -> AsyncOpenAI:
-        """The client calls go through now: yours, or the process's on the running loop."""
-        return self._client()
-
     async def extract(self, items: Sequence[Item]) -> list[Candidate]: ...
 
 
@@ -188,11 +183,6 @@ class RuleExtractor:
                         covered.append(span)
                         found.append(Candidate(memory, kind, source, key, None, index))
         return found
-
-    @property
-    def client(self) -> AsyncOpenAI:
-        """The client calls go through now: yours, or the process's on the running loop."""
-        return self._client()
 
     async def extract(self, items: Sequence[Item]) -> list[Candidate]:
         return self.extract_sync(items)
