@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import os
 import threading
 import tracemalloc
 import uuid
@@ -322,6 +323,23 @@ async def test_ten_thousand_stacks_built_and_dropped_leave_nothing(
     # Flat: under a hundred bytes per stack (the issue measured ~0.8 MB per request).
     assert grown < 1 << 20, grown
     print(f"tracemalloc growth over 10,000 stacks: {grown} bytes")
+
+
+def test_from_recipe_parses_a_file_once_while_it_is_unchanged(tmp_path: Path) -> None:
+    from memstack import recipes
+
+    path = tmp_path / "r.toml"
+    path.write_text(
+        '[backend]\nurl = "sqlite://:memory:"\n[[layers]]\nlayer = "window"\nmax_items = 5\n'
+    )
+    before = recipes._parsed.cache_info().misses
+    first = from_recipe(str(path), session_id="a")
+    from_recipe(str(path), session_id="b")
+    assert recipes._parsed.cache_info().misses == before + 1
+    path.write_text(path.read_text().replace("max_items = 5", "max_items = 7"))
+    os.utime(path, ns=(1, 1))  # a new modification time whatever the clock's resolution
+    second = from_recipe(str(path), session_id="c")
+    assert "max_items=5" in repr(first) and "max_items=7" in repr(second)
 
 
 # -- tokenisers and vocabularies -------------------------------------------------------------
