@@ -1,11 +1,14 @@
-"""The production stack and a long real history, shared by the stack benchmarks.
+"""The production stack, a long real history and timing helpers, shared by the benchmarks.
 
-    from _production import long_history, medians_ms, production_recipe
+    from _shared import long_history, medians_ms, production_recipe
     recipe = production_recipe()          # recipes/production.toml, offline summaries
     stack = recipe.stack_over(open_backend("sqlite:////tmp/x.db", "user-1"))
 
-Not a benchmark itself: ``bench_overhead.py``, ``bench_scale.py`` and ``bench_load.py``
-import it (Python puts the script's folder on ``sys.path``).
+Not a benchmark itself: the ``bench_*.py`` scripts beside it import it (Python puts the
+script's folder on ``sys.path``). ``first_reads_in_new_processes`` times what "cold"
+means in these benchmarks: a new Python process's first read. A new stack in a process
+that already read is not cold: the process cache (``memstack.cache``: parsed rows, opened
+envelopes, token counts, read sizes) and the tokenizer outlive every stack.
 """
 
 from __future__ import annotations
@@ -15,14 +18,20 @@ import itertools
 import json
 import os
 import statistics
+import subprocess
+import sys
 import time
 import tomllib
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+# The scripts measure the checkout they are in, whatever the virtualenv has installed.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
 from agents.memory import Session, SQLiteSession
 
+import memstack.base
 from memstack.base import iter_chain
 from memstack.bench.transcripts import DATA_DIR
 from memstack.crypto import generate_key
@@ -120,7 +129,7 @@ async def medians_ms(
     times: dict[str, list[float]] = {name: [] for name in actions}
     names = list(actions)
     for action in actions.values():
-        await action()  # warm the page cache, connections and token caches
+        await action()  # warm the page cache, connections and the process cache
     for round_ in range(rounds):
         for name in names[round_ % len(names) :] + names[: round_ % len(names)]:
             gc.collect()
@@ -128,3 +137,75 @@ async def medians_ms(
             await actions[name]()
             times[name].append(time.perf_counter() - start)
     return {name: statistics.median(values) * 1e3 for name, values in times.items()}
+
+
+NEW_PROCESS = """
+import asyncio, json, sys, time
+sys.path[:0] = [{folder!r}, {root!r}]  # _shared, and the checkout's memstack
+{setup}
+async def main():
+    session = build()
+    start = time.perf_counter()
+    items = await session.get_items({limit})
+    print(json.dumps([(time.perf_counter() - start) * 1e3, len(items)]))
+asyncio.run(main())
+"""
+
+
+def first_reads_in_new_processes(
+    setup: str, samples: int, limit: int | None = None, *, expect: int | None = None
+) -> list[float]:
+    """Milliseconds of ``build().get_items(limit)``, each sample the first read of a new process.
+
+    ``setup`` is Python source that imports what it needs and defines ``build()``, returning
+    the session to read. Imports and ``build()`` are not timed; everything the read loads on
+    first use (the tokenizer's vocabulary, lazy imports, the empty process cache) is. The
+    environment is inherited (``CHAT_KEY_CURRENT``). ``expect``: the number of items the
+    read must return (a table that shows it then shows what was read).
+    """
+    code = NEW_PROCESS.format(
+        folder=str(Path(__file__).parent),
+        root=str(Path(__file__).resolve().parents[1]),
+        setup=setup,
+        limit="" if limit is None else f"limit={limit}",
+    )
+    times = []
+    for _ in range(samples):
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+        if done.returncode != 0:
+            raise RuntimeError(f"the new process failed:\n{done.stderr}")
+        ms, returned = json.loads(done.stdout.strip().splitlines()[-1])
+        if expect is not None and returned != expect:
+            raise RuntimeError(f"the new process read {returned} items, not {expect}")
+        times.append(ms)
+    return times
+
+
+def timed_store_reads(stores: dict[str, Session]) -> dict[str, list[tuple[float, int]]]:
+    """Time every read of these stores' rows by a stack read: (seconds, rows), by store.
+
+    Wraps ``memstack.base._source_reader`` (the function that gives the read loop its
+    store reader), so the loop reads the way it does unprobed; a store read directly (a
+    bare ``get_items``) is not counted. Once per process. Private: if it moves, the
+    benchmarks follow it.
+    """
+    names = {id(store): name for name, store in stores.items()}
+    reads: dict[str, list[tuple[float, int]]] = {name: [] for name in stores}
+    original = memstack.base._source_reader
+
+    def reader(source: Session, wrapper: Any, layers: Any) -> Callable[[int], Awaitable[Any]]:
+        newest = original(source, wrapper, layers)
+        if id(source) not in names:
+            return newest
+        calls = reads[names[id(source)]]
+
+        async def timed(n: int) -> Any:
+            start = time.perf_counter()
+            tail = await newest(n)
+            calls.append((time.perf_counter() - start, len(tail.items)))
+            return tail
+
+        return timed
+
+    memstack.base._source_reader = reader
+    return reads

@@ -40,6 +40,7 @@ def main() -> None:
         total[1] += int(row["needed"])
         total[2] += int(row["needed_kept"])
     strategies = list(dict.fromkeys(row["strategy"] for row in rows))
+    width = max(map(len, strategies), default=0)  # recipe rows name their layers: long
     for source in conversations:
         print(f"\n{source}: cost vs full / needed-context recall, half A | half B")
         for strategy in strategies:
@@ -49,7 +50,7 @@ def main() -> None:
                 full = totals[(source, part, "full history")][0] or 1.0
                 recall = kept / needed * 100 if needed else 100.0
                 cells.append(f"{cost / full * 100:4.0f}% / {recall:5.1f}%")
-            print(f"  {strategy[:60]:60}  {cells[0]}  |  {cells[1]}")
+            print(f"  {strategy:{width}}  {cells[0]}  |  {cells[1]}")
 
 
 if __name__ == "__main__":

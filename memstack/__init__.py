@@ -31,6 +31,7 @@ from memstack.errors import (
     RecipeError,
     StoredItemError,
     SummarizerError,
+    TransientError,
     UnknownUserError,
     VocabularyError,
 )
@@ -76,6 +77,7 @@ __all__ = [
     "SummarizerError",
     "TTLSession",
     "TokenCounter",
+    "TransientError",
     "UnknownUserError",
     "VocabularyError",
     "__version__",

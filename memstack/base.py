@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypeVar, cast
 from agents.memory import Session, SessionSettings, is_openai_responses_compaction_aware_session
 from agents.memory.session_settings import resolve_session_limit
 
+from memstack.backends.adapters import capabilities_of
 from memstack.backends.capabilities import Tail, forward_wrapper
 from memstack.backends.translate import store_errors
 from memstack.errors import ConfigurationError
@@ -246,14 +247,19 @@ class SessionLayer:
             await inner.write(items, wrapper)
             return
         with store_errors(inner):  # named by the layer whose method was called
-            await inner.add_items(list(items), **forward_wrapper(inner, wrapper))
+            # The store's own write: its adapter reruns it if the database rolled it back.
+            await capabilities_of(inner).transaction(
+                lambda: inner.add_items(list(items), **forward_wrapper(inner, wrapper))
+            )
 
     async def pop_below(self, wrapper: RunContextWrapper[Any] | None) -> Any:
         inner = self.inner
         if isinstance(inner, SessionLayer) and not inner.pops_its_own_way:
             return await inner.pop(wrapper)
         with store_errors(inner):
-            return await inner.pop_item(**forward_wrapper(inner, wrapper))
+            return await capabilities_of(inner).transaction(
+                lambda: inner.pop_item(**forward_wrapper(inner, wrapper))
+            )
 
     async def clear_below(self, wrapper: RunContextWrapper[Any] | None) -> None:
         inner = self.inner
@@ -261,7 +267,9 @@ class SessionLayer:
             await inner.clear(wrapper)
             return
         with store_errors(inner):
-            await inner.clear_session(**forward_wrapper(inner, wrapper))
+            await capabilities_of(inner).transaction(
+                lambda: inner.clear_session(**forward_wrapper(inner, wrapper))
+            )
 
     async def read_below(
         self,
@@ -318,7 +326,6 @@ class SessionLayer:
         its tail through itself); one that transforms them falls back to the generic
         adapter over its own Session methods unless it provides a translating adapter.
         """
-        from memstack.backends.adapters import capabilities_of
         from memstack.backends.capabilities import GenericCapabilities, ViewCapabilities
 
         if self.transforms_items:
@@ -371,8 +378,6 @@ def _source_reader(
 ) -> Callable[[int], Awaitable[Tail]]:
     """``n -> the newest n values of source``: a store read raw where its adapter can, a
     layer asked as a caller would; checked to be items (``StoredItemError`` otherwise)."""
-    from memstack.backends.adapters import capabilities_of
-
     name = type(layers[0]).__name__ if layers else None
 
     async def newest(n: int) -> Tail:

@@ -20,6 +20,7 @@ instead of changing one, and the top of a stack hands its caller copies.
 
 from __future__ import annotations
 
+import re
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
@@ -36,6 +37,7 @@ __all__ = [
     "get",
     "get_or_put",
     "max_bytes",
+    "parse_size",
     "put",
     "stats",
     "total_bytes",
@@ -152,13 +154,32 @@ _CACHE = ProcessCache()
 MISSING = _MISSING
 
 
-def configure(*, max_bytes: int) -> None:
-    """Set the process's cache budget in bytes (0 turns caching off); evicts what is over."""
+def configure(*, max_bytes: int | str) -> None:
+    """Set the process's cache budget (0 turns caching off); evicts what is over.
+
+    ``max_bytes`` is a number of bytes or a size such as ``"256MB"`` or ``"1GiB"``.
+    """
+    _CACHE.resize(parse_size(max_bytes))
+
+
+_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9}
+_UNITS.update({"kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30})
+_SIZE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([a-z]*)\s*", re.IGNORECASE)
+
+
+def parse_size(value: int | str) -> int:
+    """Bytes of ``value``: an int, or a size with its unit (KB/MB/GB: 1000s, KiB/MiB/GiB: 1024s)."""
     from memstack.errors import ConfigurationError
 
-    if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 0:
-        raise ConfigurationError(f"cache max_bytes must be an int >= 0, not {max_bytes!r}")
-    _CACHE.resize(max_bytes)
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    match = _SIZE.fullmatch(value) if isinstance(value, str) else None
+    if match is None or match.group(2).lower() not in _UNITS:
+        raise ConfigurationError(
+            f"cache max_bytes must be a number of bytes >= 0 or a size such as '256MB' or "
+            f"'1GiB' (units: B, KB, MB, GB, KiB, MiB, GiB), not {value!r}"
+        )
+    return int(float(match.group(1)) * _UNITS[match.group(2).lower()])
 
 
 def max_bytes() -> int:

@@ -36,7 +36,8 @@ from memstack.progress import progress_bar
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED, EXIT_CLOSED_PIPE = 0, 1, 2, 130, 141
 _IMPORT_BATCH = 500
 
-Command = Callable[[argparse.Namespace], Coroutine[Any, Any, int]]
+# Most commands are coroutines; one that runs its own event loop (serve) returns an int.
+Command = Callable[[argparse.Namespace], Coroutine[Any, Any, int] | int]
 
 
 def _open(args: argparse.Namespace) -> Session:
@@ -296,7 +297,55 @@ async def cmd_demo(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-SCRIPT_BENCHMARKS = ("overhead", "scale", "load", "window", "encrypted", "ttl")
+SCRIPT_BENCHMARKS = (
+    "overhead",
+    "scale",
+    "load",
+    "window",
+    "encrypted",
+    "ttl",
+    "server",
+    "writers",
+)
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    """Run the example server under uvicorn (blocking: uvicorn runs its own event loop)."""
+    try:
+        import uvicorn
+
+        from memstack.serve.app import ENV
+    except ImportError as exc:
+        raise ConfigurationError(
+            f"memstack serve needs the server extra: pip install 'memstack[server]' ({exc})"
+        ) from exc
+    if (args.recipe is None) == (args.bare is None):
+        raise ConfigurationError("give a recipe file, or --bare URL (not both)")
+    if args.recipe is not None:  # a bad recipe or a missing secret: one line, before uvicorn
+        from memstack.serve.sessions import RecipeSessions
+
+        recipe = RecipeSessions(args.recipe, url=args.url, memory_url=args.memory_url).recipe
+        recipe.validate(resolve=True)
+    chosen = {
+        "recipe": args.recipe,
+        "url": args.url,
+        "memory_url": args.memory_url,
+        "bare": args.bare,
+        "model": args.model,
+    }
+    for name, value in chosen.items():  # workers are new processes: they read these
+        os.environ.pop(ENV[name], None)
+        if value:
+            os.environ[ENV[name]] = value
+    uvicorn.run(
+        "memstack.serve.app:app_from_env",
+        factory=True,
+        host=args.host,
+        port=args.port,
+        workers=args.workers,
+        log_level=args.log_level,
+    )
+    return EXIT_OK
 
 
 async def cmd_bench(args: argparse.Namespace) -> int:
@@ -418,6 +467,29 @@ def _parser() -> argparse.ArgumentParser:
     )
     demo.add_argument("--url", default="sqlite:///memstack-demo.db", help="store URL")
     demo.add_argument("--session", default="demo", help="session id")
+    serve = add(
+        "serve",
+        cmd_serve,
+        "run the example server: a stack per request from a recipe (Starlette, uvicorn)",
+        session=False,
+    )
+    serve.add_argument("recipe", nargs="?", help="recipe file (TOML)")
+    serve.add_argument("--url", help="store URL, overriding the recipe's")
+    serve.add_argument("--memory-url", help="long-term memory URL, overriding the recipe's")
+    serve.add_argument(
+        "--bare",
+        metavar="URL",
+        help="serve the bare SDK store instead: SQLAlchemySession over one shared engine",
+    )
+    serve.add_argument(
+        "--model",
+        help="answer turns with an agent on this model (OPENAI_API_KEY, OPENAI_BASE_URL); "
+        "default: echo the message, no model call",
+    )
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=int, default=8000)
+    serve.add_argument("--workers", type=int, default=1)
+    serve.add_argument("--log-level", default="info")
     bench = add("bench", cmd_bench, "run a benchmark (see benchmarks/README.md)", session=False)
     which = bench.add_subparsers(dest="bench", required=True, metavar="BENCHMARK")
     tokens = which.add_parser(
@@ -467,7 +539,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     args.extra = extra
     try:
-        code = int(asyncio.run(args.handler(args)))
+        outcome = args.handler(args)
+        code = int(asyncio.run(outcome) if asyncio.iscoroutine(outcome) else outcome)
         sys.stdout.flush()  # now, not at exit, so that a reader gone early is handled below
         return code
     except BrokenPipeError:

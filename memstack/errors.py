@@ -10,6 +10,7 @@ Every failure memstack can report derives from one root, so applications can cat
     ├── ItemValidationError       an item that is not a JSON-serialisable dict (also TypeError)
     ├── BackendError              the store failed or is unreachable
     │   ├── CapabilityError       the store cannot do an operation (atomically)
+    │   ├── TransientError        deadlock or serialisation failure on every attempt
     │   └── StoredItemError       a stored value no layer can read (``memstack repair``)
     ├── DecryptionError           wrong or missing key, tampered or unknown envelope
     ├── SummarizerError           a summariser failed, timed out or answered unusably
@@ -38,6 +39,7 @@ __all__ = [
     "RecipeError",
     "StoredItemError",
     "SummarizerError",
+    "TransientError",
     "UnknownUserError",
 ]
 
@@ -83,6 +85,27 @@ class BackendError(MemstackError):
 
 class CapabilityError(BackendError):
     """The store cannot perform the requested operation, or not atomically."""
+
+
+class TransientError(BackendError):
+    """The database rolled a transaction back on every attempt (``memstack.backends.retry``).
+
+    ``attempts`` tries were made and each was rolled back whole, so nothing of it is
+    stored; ``cause`` says why (``"deadlock (MySQL 1213)"``). Trying later is safe.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        attempts: int,
+        cause: str,
+        layer: str | None = None,
+        session_id: str | None = None,
+    ) -> None:
+        super().__init__(message, layer=layer, session_id=session_id)
+        self.attempts = attempts
+        self.cause = cause
 
 
 class StoredItemError(BackendError):

@@ -16,7 +16,8 @@ every other key is an option. Secrets never live in the file: an option that hol
 (any option typed ``Seconds``: ``ttl``, ``purge_every``, a strategy's ``timeout``, …) may
 be written ``"30d"``, ``"12h"``, ``"15m"``, ``"90s"``. An optional ``[governance]`` table sets
 whole-store jobs: ``user_sessions`` (which session ids belong to a user, default
-``"{user}:{thread}"``), ``audit_key`` (a secret reference) and ``actor``.
+``"{user}:{thread}"``), ``audit_key`` (a secret reference) and ``actor``. An optional
+``[cache]`` table sets the process's one cache budget: ``max_bytes = "256MB"``.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from typing import Any
 
 from agents.memory import Session
 
+import memstack.cache as cache
 from memstack.backends import open_backend
 from memstack.durations import parse_duration
 from memstack.errors import ConfigurationError, RecipeError
@@ -305,12 +307,15 @@ def load_recipe(recipe: str | Path | Mapping[str, Any], **overrides: Any) -> Rec
             raise RecipeError(f"{source}: no such recipe file") from exc
         except tomllib.TOMLDecodeError as exc:
             raise RecipeError(f"{source}: not valid TOML: {exc}") from exc
-    unknown = sorted(set(data) - {"backend", "layers", "description", "governance", "memory"})
+    unknown = sorted(
+        set(data) - {"backend", "layers", "description", "governance", "memory", "cache"}
+    )
     if unknown:
         raise RecipeError(
             f"{source}: unknown top-level key(s) {', '.join(unknown)}; "
-            "allowed: backend, layers, memory, governance, description"
+            "allowed: backend, layers, memory, governance, cache, description"
         )
+    _apply_cache(data, source)
     memory = {
         key: _check_value(value, source=source, where="[memory]", field=key)
         for key, value in dict(data.get("memory") or {}).items()
@@ -362,6 +367,28 @@ def load_recipe(recipe: str | Path | Mapping[str, Any], **overrides: Any) -> Rec
         governance=_governance(data, source),
         memory=memory,
     )
+
+
+def _apply_cache(data: Mapping[str, Any], source: str) -> None:
+    """``[cache] max_bytes``: the process's one cache budget (the last recipe loaded sets it)."""
+    table = data.get("cache")
+    if table is None:
+        return
+    if not isinstance(table, Mapping):
+        raise RecipeError(f"{source}: 'cache' must be a table ([cache])")
+    unknown = sorted(set(table) - {"max_bytes"})
+    if unknown:
+        raise RecipeError(
+            f"{source}: [cache]: unknown field(s) {', '.join(unknown)}; allowed: max_bytes"
+        )
+    if "max_bytes" not in table:
+        return
+    try:
+        size = cache.parse_size(table["max_bytes"])
+    except ConfigurationError as exc:
+        raise RecipeError(f"{source}: [cache]: {exc}") from exc
+    if size != cache.max_bytes():  # a recipe loaded per request changes nothing after the first
+        cache.configure(max_bytes=size)
 
 
 def _governance(data: Mapping[str, Any], source: str) -> dict[str, Any]:

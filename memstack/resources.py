@@ -16,7 +16,8 @@ API key, retries). The drivers bind connections to the event loop that opened th
 (asyncpg, aiomysql, aiosqlite, httpx), and a stack may be used from several threads each
 running its own loop, so each shared resource is really one per running loop, made there
 on first use and dropped with its loop. ``await memstack.dispose()`` closes them all at
-shutdown; anything used afterwards is made again.
+shutdown (an ASGI lifespan's, the end of a script), and empties the process cache
+(``memstack.cache``); anything used afterwards is made again.
 
 In-memory SQLite is never shared: its one connection *is* the database, and each
 ``sqlite://:memory:`` opened is a database of its own.
@@ -30,6 +31,7 @@ from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from memstack.cache import clear as clear_cache
 from memstack.loops import PerLoop
 
 if TYPE_CHECKING:
@@ -174,8 +176,10 @@ def stats() -> Stats:
 
 
 async def dispose() -> None:
-    """Close every shared engine and model client; call it once at shutdown.
+    """Close every shared engine and model client, and empty the process cache.
 
-    Safe to call more than once; a stack built or used afterwards opens what it needs again.
+    Call it once at shutdown, never per request. Safe to call more than once; a stack
+    built or used afterwards opens what it needs again.
     """
     await PROCESS.dispose()
+    clear_cache()

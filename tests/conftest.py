@@ -13,7 +13,7 @@ import socket
 import uuid
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 from urllib.parse import urlparse
 
 import pytest
@@ -21,12 +21,27 @@ from agents import set_tracing_disabled
 from agents.memory import Session
 
 from memstack.backends import open_backend
-from memstack.bench.transcripts import DATA_DIR
+from memstack.bench.transcripts import DATA_DIR, default_transcripts
 from memstack.testing import InMemorySession
 from memstack.testing.conversation import run_conversation
 
 # Tests never export traces (and the SDK would warn without an API key).
 set_tracing_disabled(True)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # The mutation check (tests/mutants.py) breaks one behaviour for a whole child run.
+    if mutant := os.environ.get("MEMSTACK_MUTANT"):
+        from hypothesis import Phase, settings
+
+        from .mutants import apply
+
+        apply(mutant, pytest.MonkeyPatch())
+        # A failing example is all the check needs: none shrunk, none saved for later runs.
+        settings.register_profile(
+            "mutant", phases=[Phase.explicit, Phase.generate], database=None
+        )
+        settings.load_profile("mutant")
 
 POSTGRES_URL = os.environ.get(
     "MEMSTACK_TEST_POSTGRES_URL", "postgresql+asyncpg://postgres@127.0.0.1:5432/test"
@@ -56,10 +71,27 @@ def shared_data(name: str) -> Path:
     path = DATA_DIR / name
     if path.is_file():
         return path
-    message = f"{path} not found; set MEMSTACK_DATA to the directory holding the shared data"
+    _missing(f"{path} not found")
+
+
+def _missing(what: str) -> NoReturn:
+    message = f"{what}; set MEMSTACK_DATA to the directory holding the shared data"
     if IN_CI:
         pytest.fail(f"CI=true: {message}")
     pytest.skip(message)
+
+
+def shared_transcripts() -> list[Path]:
+    """Every agent transcript of the team's data, through the same locator as ``shared_data``.
+
+    For module-level parametrisation: when there are none, parametrise with ``[None]`` and
+    call ``no_transcripts()`` on it, which skips (fails under ``CI=true``) saying why.
+    """
+    return default_transcripts()
+
+
+def no_transcripts() -> NoReturn:
+    _missing(f"{DATA_DIR}/*.jsonl: no transcripts")
 
 
 def require_service(name: str, url: str) -> None:

@@ -136,7 +136,7 @@ class FakeOpenAI:
 
     def client(self, **options: Any) -> AsyncOpenAI:
         options.setdefault("max_retries", 0)
-        options.setdefault("timeout", 10.0)
+        options.setdefault("timeout", 60.0)  # "should not hang": generous
         return AsyncOpenAI(base_url=self.url, api_key="test-key", **options)
 
     def bodies(self, path: str) -> list[dict[str, Any]]:

@@ -60,6 +60,43 @@ def test_the_budget_is_set_from_code_and_checked() -> None:
         cache.configure(max_bytes=-1)
 
 
+@pytest.mark.parametrize(
+    ("size", "expected"),
+    [
+        (0, 0),
+        (4096, 4096),
+        ("256MB", 256 * 10**6),
+        ("64MiB", 64 << 20),
+        ("1.5 GiB", 3 << 29),
+        ("512kb", 512_000),
+        ("100", 100),
+    ],
+)
+def test_a_budget_is_bytes_or_a_size_with_its_unit(size: int | str, expected: int) -> None:
+    assert cache.parse_size(size) == expected
+
+
+@pytest.mark.parametrize("size", ["lots", "12XB", "-5MB", -1, True, 1.5, ""])
+def test_a_budget_that_is_not_a_size_is_refused_naming_the_units(size: object) -> None:
+    with pytest.raises(ConfigurationError, match=r"max_bytes.*MiB"):
+        cache.parse_size(size)  # type: ignore[arg-type]
+
+
+def test_a_recipe_sets_the_process_budget_and_rejects_a_bad_one() -> None:
+    from memstack.errors import RecipeError
+    from memstack.recipes import from_recipe, load_recipe
+
+    recipe = {"backend": {"url": "sqlite://:memory:"}, "cache": {"max_bytes": "8MiB"}}
+    session = from_recipe(recipe, session_id="s1")
+    assert cache.max_bytes() == 8 << 20 and session.session_id == "s1"
+    with pytest.raises(RecipeError, match=r"<recipe>: \[cache\]: cache max_bytes"):
+        load_recipe({**recipe, "cache": {"max_bytes": "huge"}})
+    unknown = r"\[cache\]: unknown field\(s\) size; allowed: max_bytes"
+    with pytest.raises(RecipeError, match=unknown):
+        load_recipe({**recipe, "cache": {"size": 1}})
+    assert cache.max_bytes() == 8 << 20  # a refused recipe changes nothing
+
+
 def test_a_failed_computation_keeps_nothing() -> None:
     def fail() -> str:
         raise ValueError("no")

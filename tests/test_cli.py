@@ -20,7 +20,7 @@ OTHER_KEY = generate_key()
 
 
 def memstack(
-    *args: str, env: dict[str, str] | None = None, cwd: Path | None = None, timeout: float = 120
+    *args: str, env: dict[str, str] | None = None, cwd: Path | None = None, timeout: float = 600
 ) -> subprocess.CompletedProcess[str]:
     full_env = {**os.environ, "MEMSTACK_CLI_KEY": KEY, **(env or {})}
     full_env.pop("OPENAI_API_KEY", None)
@@ -338,5 +338,5 @@ def test_a_reader_that_closes_early_leaves_no_traceback(tmp_path: Path):
     assert json.loads(process.stdout.readline())["content"].startswith("message 0 ")
     process.stdout.close()  # as `| head -1` does
     stderr = process.stderr.read().decode()
-    assert process.wait(timeout=120) == 141  # 128 + SIGPIPE, as a shell reports `yes | head -1`
+    assert process.wait(timeout=600) == 141  # 128 + SIGPIPE, as a shell reports `yes | head -1`
     assert stderr == "", stderr

@@ -22,7 +22,7 @@ def validate(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
         capture_output=True,
         text=True,
         env={**clean, **env},
-        timeout=120,
+        timeout=600,  # "should not hang": generous on a loaded machine
     )
 
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import inspect
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from functools import cache
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
@@ -243,7 +243,19 @@ class StorageCapabilities(ABC):
         A retention layer stamps them to expire with that data; this default, knowing no
         write times, appends them with ``add_items``.
         """
-        await self.session.add_items(list(items), **forward_wrapper(self.session, wrapper))  # type: ignore[arg-type]
+        session = self.session
+        await self.transaction(
+            lambda: session.add_items(list(items), **forward_wrapper(session, wrapper))  # type: ignore[arg-type]
+        )
+
+    async def transaction(self, call: Callable[[], Awaitable[T]]) -> T:
+        """``await call()``: one Session method of this store (``add_items``, ``pop_item``…).
+
+        This default runs it once. The adapter of a store whose every such method is one
+        transaction reruns it when the database rolled it back (``memstack.backends.retry``);
+        no other may, since a rerun after a partial write would store it twice.
+        """
+        return await call()
 
     async def write_ages(self, n: int) -> list[float] | None:
         """How long ago the store itself wrote each of the ``n`` oldest items, in seconds.

@@ -3,12 +3,17 @@
 Plans run in the session's own transaction factory after ``_lock_session`` takes the
 same row lock the SDK's writes take, so a rewrite and a concurrent ``add_items`` or
 ``pop_item`` serialise on PostgreSQL, MySQL/MariaDB and SQLite alike.
+
+Each of the SDK's writes (``add_items``, ``pop_item``, ``clear_session``) and each plan is
+one transaction, so the adapter reruns one the database rolled back (a deadlock between
+concurrent writers, a serialisation failure) under its ``retry`` policy
+(``memstack.backends.retry``); layers reach the store through ``transaction``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from agents.extensions.memory import SQLAlchemySession
 from sqlalchemy import select, text
@@ -16,12 +21,15 @@ from sqlalchemy import select, text
 import memstack.backends.sql as sql
 from memstack.backends.capabilities import StorageCapabilities, Tail
 from memstack.backends.mysql_tables import prepare_mysql_tables
+from memstack.backends.retry import DEFAULT_RETRY, Retry
 from memstack.backends.rows import newest_rows
 from memstack.backends.translate import store_errors
 from memstack.errors import CapabilityError
 
 if TYPE_CHECKING:
     from agents.run_context import RunContextWrapper
+
+T = TypeVar("T")
 
 # Raw reads parse rows themselves: only while the store parses them this way.
 _SDK_DESERIALIZE = SQLAlchemySession._deserialize_item
@@ -31,6 +39,13 @@ class SQLAlchemyCapabilities(sql.PlanCapabilities):
     """Adapter for ``agents.extensions.memory.SQLAlchemySession``."""
 
     session: SQLAlchemySession
+    #: How transactions the database rolled back are rerun (a subclass may set another).
+    retry: ClassVar[Retry] = DEFAULT_RETRY
+
+    async def transaction(self, call: Callable[[], Awaitable[T]]) -> T:
+        store = self.session
+        where = f"{type(store).__name__}({store.engine.url.render_as_string(hide_password=True)})"
+        return await self.retry.call(call, store=where, session_id=store.session_id)
 
     def table(self) -> sql.Table:
         # The SDK orders history by (created_at, id); so do the plans.
@@ -110,7 +125,7 @@ class SQLAlchemyCapabilities(sql.PlanCapabilities):
 
         with store_errors(store):
             await store._ensure_tables()
-            return await store._run_sqlite_write_with_retry(attempt)
+            return await self.transaction(lambda: store._run_sqlite_write_with_retry(attempt))
 
 
 class MySQLSQLAlchemySession(SQLAlchemySession):

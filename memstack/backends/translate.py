@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import cache
 
-from memstack.errors import BackendError, MemstackError
+from memstack.errors import BackendError, MemstackError, TransientError
 
 
 @cache
@@ -37,7 +37,7 @@ def store_errors(
     try:
         yield
     except BackendError as exc:
-        if layer is not None and exc.layer is None and type(exc) is BackendError:
+        if layer is not None and exc.layer is None and type(exc) in (BackendError, TransientError):
             # Translated below by an adapter (a raw read, ``read_values``), which knew the
             # store but not the layer whose call failed: name it as if caught here. In
             # place, so what else the error carries (``unsaved_items``) stays with it.

@@ -279,6 +279,10 @@ def sql_whole_store(store: Session) -> SqlWholeStore | None:
 def _sqlalchemy_runner(store: Any) -> Runner:
     from sqlalchemy import text
 
+    from memstack.backends.sqlalchemy_store import SQLAlchemyCapabilities
+
+    retrying = SQLAlchemyCapabilities(store)  # each plan is one transaction: rerun if rolled back
+
     async def run(make_plan: Callable[[], Plan]) -> Any:
         async def attempt() -> Any:
             async with store.engine.begin() as conn:
@@ -290,6 +294,6 @@ def _sqlalchemy_runner(store: Any) -> Runner:
                 return await sql.run_async(execute, make_plan())
 
         await store._ensure_tables()
-        return await store._run_sqlite_write_with_retry(attempt)
+        return await retrying.transaction(lambda: store._run_sqlite_write_with_retry(attempt))
 
     return run

@@ -30,6 +30,8 @@ QUICK_PER_FILE = 12
 
 
 EXTRACTIVE: dict[str, Any] = {"extractive": {}}
+# The layers of a recipe that shape what is sent; the others are left out of the replay.
+VIEW_LAYERS = ("compaction", "window")
 # The shipped recipes' summariser: OPENAI_API_KEY, and OPENAI_BASE_URL when set.
 MODEL_SUMMARIZER: dict[str, Any] = {
     "openai": {"model": "gpt-4.1-mini", "api_key": {"env": "OPENAI_API_KEY"}}
@@ -69,17 +71,26 @@ def memstack_strategies(
             break
         file = recipes / path
         # Storage-side layers (TTL, encryption) change what is stored, not what is sent.
-        layers = [
-            dict(layer)
-            for layer in tomllib.loads(file.read_text(encoding="utf-8")).get("layers", [])
-            if layer.get("layer") in ("compaction", "window")
-        ]
-        specs.append(_stack(name, layers, real_summaries=real_summaries))
+        every = tomllib.loads(file.read_text(encoding="utf-8")).get("layers", [])
+        layers = [dict(layer) for layer in every if layer.get("layer") in VIEW_LAYERS]
+        label = f"{name} {ran(every, layers)}"
+        specs.append(_stack(label, layers, real_summaries=real_summaries))
     small = copy.deepcopy(SMALL_BUDGET_SUMMARY)
     specs.append(
         _stack("memstack mask + summary, 8k trigger", small, real_summaries=real_summaries)
     )
     return specs
+
+
+def ran(every: list[dict[str, Any]], kept: list[dict[str, Any]]) -> str:
+    """What a recipe row ran, for its label: ``[compaction + window; without ttl, encrypted]``.
+
+    A row named after a recipe must not pass for the whole recipe when only the layers
+    that shape what is sent were replayed.
+    """
+    names = " + ".join(str(layer["layer"]) for layer in kept)
+    left_out = [str(layer.get("layer")) for layer in every if layer not in kept]
+    return f"[{names}; without {', '.join(left_out)}]" if left_out else f"[{names}]"
 
 
 def _stack(name: str, layers: list[dict[str, Any]], *, real_summaries: bool) -> StrategySpec:

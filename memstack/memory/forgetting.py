@@ -22,6 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from sqlalchemy import ColumnElement, and_, delete, select, text
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from memstack.backends.translate import store_errors
 from memstack.errors import ConfigurationError
@@ -64,7 +65,8 @@ async def forget(parts: StoreParts, chosen: Target, *, actor: str) -> int:
     """Delete the ``chosen`` memories; a whole scope is also scrubbed. Returns the count."""
     tables, scope = parts.tables, chosen.scope
     m, t = tables.memories, tables.terms
-    async with parts.begin("forgetting memories") as conn:
+
+    async def delete_chosen(conn: AsyncConnection) -> list[str]:
         ids = list((await conn.execute(select(m.c.id).where(chosen.where))).scalars())
         for start in range(0, len(ids), _BATCH):
             batch = ids[start : start + _BATCH]
@@ -73,6 +75,9 @@ async def forget(parts: StoreParts, chosen: Target, *, actor: str) -> int:
             await conn.execute(delete(m).where(m.c.id.in_(batch)))
         detail = {"whole_scope": True} if chosen.whole_scope else None
         await parts.log(conn, [(i, scope) for i in ids], "forgotten", actor=actor, detail=detail)
+        return ids
+
+    ids = await parts.transact("forgetting memories", delete_chosen)
     if ids and chosen.whole_scope:
         with store_errors(None, layer=LAYER, doing="forgetting memories"):
             await scrub(parts)
@@ -86,8 +91,11 @@ async def erase(parts: StoreParts, chosen: Target, *, actor: str) -> int:
     """Forget the ``chosen`` memories and every event of their scope. Returns the count."""
     count = await forget(parts, chosen, actor=actor)
     doing = "erasing the scope's memory events"
-    async with parts.begin(doing) as conn:
+
+    async def delete_scope_events(conn: AsyncConnection) -> None:
         await delete_events(conn, parts.tables, chosen.scope)
+
+    await parts.transact(doing, delete_scope_events)
     if parts.engine.dialect.name == "postgresql":  # dead tuples keep the scope's bytes
         async with parts.connect(doing) as conn:
             auto = await conn.execution_options(isolation_level="AUTOCOMMIT")
@@ -111,12 +119,16 @@ async def purge_expired(parts: StoreParts, scope: str, *, actor: str) -> int:
     """Hard-delete the scope's memories whose expiry has passed. Returns the count."""
     m, t = parts.tables.memories, parts.tables.terms
     expired = select(m.c.id).where(m.c.scope == scope, m.c.expires_at <= parts.now())
-    async with parts.begin("purging expired memories") as conn:
+
+    async def delete_expired(conn: AsyncConnection) -> list[str]:
         ids = list((await conn.execute(expired)).scalars())
         if ids:
             await conn.execute(delete(t).where(t.c.memory_id.in_(ids)))
             await delete_vectors(conn, parts.tables, scope, ids)
             await conn.execute(delete(m).where(m.c.id.in_(ids)))
             await parts.log(conn, [(i, scope) for i in ids], "expired", actor=actor)
+        return ids
+
+    ids = await parts.transact("purging expired memories", delete_expired)
     parts.index.invalidate(scope)
     return len(ids)

@@ -82,7 +82,9 @@ class FullTextIndex:
     async def mean_length(
         self, conn: AsyncConnection, scope: str, batch: Sequence[Memory]
     ) -> float:
-        count, mean = await self.scope_stats(conn, scope)
+        # Inside a write: its transaction sees its own uncommitted rows and may be rolled
+        # back and rerun, so what it reads is not kept for others.
+        count, mean = await self.scope_stats(conn, scope, keep=False)
         if count >= _STABLE_STATS or not batch:
             return mean
         lengths = [sum(weighted_terms(m).values()) for m in batch]
@@ -93,7 +95,9 @@ class FullTextIndex:
         self._stats.pop(scope, None)
         self._df.pop(scope, None)
 
-    async def scope_stats(self, conn: AsyncConnection, scope: str) -> tuple[int, float]:
+    async def scope_stats(
+        self, conn: AsyncConnection, scope: str, *, keep: bool = True
+    ) -> tuple[int, float]:
         now = time.monotonic()
         cached = self._stats.get(scope)
         if cached is not None and now - cached[2] < _STATS_SECONDS:
@@ -107,7 +111,8 @@ class FullTextIndex:
             )
         ).one()
         stats = (int(count or 0), float(total or 0) / max(1, int(count or 0)) or 1.0, now)
-        self._stats[scope] = stats
+        if keep:
+            self._stats[scope] = stats
         return stats[0], stats[1]
 
     async def _document_frequencies(

@@ -26,8 +26,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from sqlalchemy import and_, delete, insert, select, update
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from memstack.memory.consolidate import Change
+from memstack.memory.models import Memory
 from memstack.memory.parts import StoreParts
 from memstack.memory.queries import live
 from memstack.memory.rows import memory_from_row, row_values
@@ -43,7 +45,8 @@ async def apply_consolidation(
     """Apply planned merges, supersessions, expiries and review flags in one transaction."""
     m = parts.tables.memories
     now = parts.now()
-    async with parts.begin("consolidating memories") as conn:
+
+    async def apply(conn: AsyncConnection) -> None:
         for change in changes:
             values: dict[str, object]
             if change.action in ("merge", "supersede"):
@@ -67,6 +70,8 @@ async def apply_consolidation(
             await conn.execute(update(m).where(m.c.id == change.memory_id).values(**values))
             detail = {"reason": change.reason}
             await parts.log(conn, [(change.memory_id, scope)], action, actor=actor, detail=detail)
+
+    await parts.transact("consolidating memories", apply)
     parts.index.invalidate(scope)
 
 
@@ -77,8 +82,8 @@ async def rotate(parts: StoreParts, scope: str | None, *, actor: str) -> int:
     where = m.c.kid != cipher.active_kid
     if scope is not None:
         where = and_(where, m.c.scope == scope)
-    rotated = 0
-    async with parts.begin("rotating memory keys") as conn:
+
+    async def reseal(conn: AsyncConnection) -> int:
         rows = (await conn.execute(select(m).where(where))).all()
         for row in rows:
             memory = memory_from_row(cipher, row)
@@ -92,10 +97,11 @@ async def rotate(parts: StoreParts, scope: str | None, *, actor: str) -> int:
             if memory.superseded_at is None:
                 mean = await index.mean_length(conn, memory.scope, [memory])
                 await conn.execute(insert(t), index.postings(memory, mean))
-            rotated += 1
         await parts.log(conn, [(r.id, r.scope) for r in rows], "rotated", actor=actor)
         await reseal_vectors(conn, tables, cipher, scope)
-    return rotated
+        return len(rows)
+
+    return await parts.transact("rotating memory keys", reseal)
 
 
 async def embed_missing(parts: StoreParts, scope: str, *, batch_size: int) -> int:
@@ -114,6 +120,13 @@ async def embed_missing(parts: StoreParts, scope: str, *, batch_size: int) -> in
     for start in range(0, len(missing), batch_size):
         chunk = missing[start : start + batch_size]
         vectors = await semantic.embed([memory.text for memory in chunk])
-        async with parts.begin("storing vectors") as conn:
+
+        async def store(
+            conn: AsyncConnection,
+            chunk: list[Memory] = chunk,
+            vectors: list[list[float]] = vectors,
+        ) -> None:
             await semantic.write(conn, chunk, vectors)
+
+        await parts.transact("storing vectors", store)
     return len(missing)

@@ -8,19 +8,21 @@
 ``MemoryStore`` builds one ``StoreParts`` and hands it to every function of ``writing``,
 ``reading``, ``forgetting`` and ``maintenance`` as their first argument, so those take
 only what varies per call; a frozen value, not the store, keeps them from reaching into
-the facade. Every transaction goes through ``begin`` and every read through ``connect``,
-which turn database failures into ``BackendError`` naming what was being done.
+the facade. Every transaction goes through ``transact`` and every read through
+``connect``, which turn database failures into ``BackendError`` naming what was being
+done; ``transact`` reruns a transaction the database rolled back (``retry``).
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from memstack.backends.retry import DEFAULT_RETRY, Retry
 from memstack.backends.translate import store_errors
 from memstack.memory.cipher import MemoryCipher
 from memstack.memory.events import log_event
@@ -30,6 +32,8 @@ from memstack.memory.schema import Tables
 from memstack.memory.semantic import SemanticIndex
 
 __all__ = ["LAYER", "StoreParts"]
+
+T = TypeVar("T")
 
 # The layer named in errors: the modules work on behalf of the store.
 LAYER = "MemoryStore"
@@ -45,20 +49,29 @@ class StoreParts:
     index: FullTextIndex
     semantic: SemanticIndex | None
     clock: Callable[[], float]
+    retry: Retry = DEFAULT_RETRY
 
     def now(self) -> float:
         return float(self.clock())
 
-    @asynccontextmanager
-    async def begin(self, doing: str) -> AsyncIterator[AsyncConnection]:
-        """A transaction; database failures become ``BackendError`` naming ``doing``."""
-        with store_errors(None, layer=LAYER, doing=doing):
+    async def transact(self, doing: str, body: Callable[[AsyncConnection], Awaitable[T]]) -> T:
+        """``body`` in one transaction; rerun whole, on a new transaction, when the database
+        rolled it back (a deadlock); failures become ``BackendError`` naming ``doing``.
+
+        So ``body`` may run more than once: it changes nothing outside the transaction
+        (caches are dropped after it, counts are its return value).
+        """
+
+        async def attempt() -> T:
             async with self.engine.begin() as conn:
-                yield conn
+                return await body(conn)
+
+        with store_errors(None, layer=LAYER, doing=doing):
+            return await self.retry.call(attempt, store=doing)
 
     @asynccontextmanager
     async def connect(self, doing: str) -> AsyncIterator[AsyncConnection]:
-        """A connection for reading; failures as in ``begin``."""
+        """A connection for reading; failures as in ``transact``."""
         with store_errors(None, layer=LAYER, doing=doing):
             async with self.engine.connect() as conn:
                 yield conn

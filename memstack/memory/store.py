@@ -35,6 +35,7 @@ import memstack.memory.forgetting as forgetting
 import memstack.memory.maintenance as maintenance
 import memstack.memory.reading as reading
 import memstack.memory.writing as writing
+from memstack.backends.retry import DEFAULT_RETRY, Retry
 from memstack.crypto.keys import KeyProvider
 from memstack.errors import ConfigurationError
 from memstack.memory.cipher import MemoryCipher, keys_from
@@ -90,10 +91,16 @@ class MemoryStore:
         count_tokens: Callable[[str], int] | None = None,
         bm25: BM25 | None = None,
         embedder: Embedder | str | None = None,
+        retry: Retry = DEFAULT_RETRY,
     ) -> None:
         if not isinstance(engine, AsyncEngine):
             raise ConfigurationError(
                 f"engine must be a SQLAlchemy AsyncEngine, not {type(engine).__name__}",
+                layer=LAYER,
+            )
+        if not isinstance(retry, Retry):
+            raise ConfigurationError(
+                f"retry must be a memstack.backends.retry.Retry, not {type(retry).__name__}",
                 layer=LAYER,
             )
         self.engine = engine
@@ -109,7 +116,10 @@ class MemoryStore:
         self.semantic = SemanticIndex(named, self.tables, self.cipher) if named else None
         self._count_tokens = CachedCount(count_tokens)
         # What every module function works on, built once (memstack.memory.parts).
-        self.parts = StoreParts(engine, self.tables, self.cipher, self.index, self.semantic, clock)
+        # Transactions the database rolled back (deadlocks) are rerun under ``retry``.
+        self.parts = StoreParts(
+            engine, self.tables, self.cipher, self.index, self.semantic, clock, retry
+        )
         self._ready = False
         self._keys_checked: set[str] = set()  # scopes whose stored key ids were checked
         secure_delete(engine)

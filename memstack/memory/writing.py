@@ -97,7 +97,10 @@ async def insert_memories(parts: StoreParts, memories: Sequence[Memory], *, acto
     tables, cipher, index, semantic = parts.tables, parts.cipher, parts.index, parts.semantic
     # Embedding can be slow (a model call): done before the transaction opens.
     vectors = await semantic.embed([m.text for m in memories]) if semantic else []
-    async with parts.begin("remembering") as conn:
+
+    async def write(conn: AsyncConnection) -> None:
+        # Rerun whole after a rollback: the same rows (ids were drawn before), postings
+        # from statistics read again inside this transaction.
         for start in range(0, len(memories), _BATCH):
             batch = memories[start : start + _BATCH]
             await conn.execute(insert(tables.memories), [row_values(cipher, m) for m in batch])
@@ -114,6 +117,8 @@ async def insert_memories(parts: StoreParts, memories: Sequence[Memory], *, acto
         for memory in memories:
             if memory.key is not None and memory.source == "explicit":
                 await _supersede_key(parts, conn, memory, actor)
+
+    await parts.transact("remembering", write)
     for scope in {m.scope for m in memories}:
         index.invalidate(scope)
 
@@ -166,11 +171,14 @@ async def verify(parts: StoreParts, memory: Memory, *, actor: str) -> Memory:
     """``memory`` marked as checked now (and no longer flagged for review)."""
     now = parts.now()
     m = parts.tables.memories
-    async with parts.begin("verifying a memory") as conn:
+
+    async def mark(conn: AsyncConnection) -> None:
         await conn.execute(
             update(m)
             .where(m.c.id == memory.id)
             .values(last_verified_at=now, needs_review=False, updated_at=now)
         )
         await parts.log(conn, [memory], "verified", actor=actor)
+
+    await parts.transact("verifying a memory", mark)
     return memory.evolve(last_verified_at=now, needs_review=False, updated_at=now)

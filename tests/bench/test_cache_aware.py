@@ -7,14 +7,13 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from memstack.bench.strategies import recipe_strategy
-from memstack.bench.transcripts import DATA_DIR, load_conversations, model_calls
+from memstack.bench.transcripts import load_conversations, model_calls
 from memstack.history import history_problems, is_user_message
 
+from ..conftest import shared_data
+
 RECIPE = Path(__file__).resolve().parents[2] / "recipes" / "coding-agent.toml"
-CODING = DATA_DIR / "swe_coding.jsonl"
 
 
 def view_layers(**mask: Any) -> dict[str, Any]:
@@ -25,7 +24,7 @@ def view_layers(**mask: Any) -> dict[str, Any]:
 
 async def prefix_changes(recipe: dict[str, Any]) -> tuple[int, int, list[list[Any]]]:
     """Calls whose view does not extend the previous one, calls, and every view."""
-    conversation = next(load_conversations(CODING, limit=1))
+    conversation = next(load_conversations(shared_data("swe_coding.jsonl"), limit=1))
     history = conversation.history
     strategy = recipe_strategy("coding-agent", recipe).make(conversation.id)
     views: list[list[Any]] = []
@@ -39,7 +38,6 @@ async def prefix_changes(recipe: dict[str, Any]) -> tuple[int, int, list[list[An
     return changes, len(views), views
 
 
-@pytest.mark.skipif(not CODING.exists(), reason=f"no coding transcripts at {CODING}")
 async def test_coding_agent_recipe_changes_the_prefix_rarely_and_keeps_the_task() -> None:
     changes, calls, views = await prefix_changes(view_layers())
     task = next(item for item in views[0] if is_user_message(item))

@@ -215,23 +215,27 @@ def server() -> Iterator[FakeOpenAI]:
         yield running
 
 
-def with_server(server: FakeOpenAI, **options: Any) -> CompactionSession:
+def with_server(server: FakeOpenAI, timeout: float = 60.0, **options: Any) -> CompactionSession:
+    # The timeout stands for "should not hang": generous, never what a test checks.
     summarizer = OpenAIChatSummarizer(model="m", client=server.client())
     return CompactionSession(
         InMemorySession("s"),
-        strategy=Summarize(summarizer, timeout=0.5),
+        strategy=Summarize(summarizer, timeout=timeout),
         trigger=Items(12, target=4),
         **options,
     )
 
 
 @pytest.mark.parametrize(
-    "failure", [Status(500), Hang(10), Garbage()], ids=["500", "hang", "garbage"]
+    ("failure", "seconds"),
+    # Only where the endpoint hangs (60 s) is the timeout the failure: 2 s, far from both.
+    [(Status(500), 60.0), (Hang(60), 2.0), (Garbage(), 60.0)],
+    ids=["500", "hang", "garbage"],
 )
 async def test_failing_summarizer_leaves_history_intact_with_a_typed_error(
-    server: FakeOpenAI, failure: Any
+    server: FakeOpenAI, failure: Any, seconds: float
 ) -> None:
-    session = with_server(server, on_error="raise")
+    session = with_server(server, seconds, on_error="raise")
     items = sample_items(16)
     await session.add_items(items[:12])  # at the limit: no call yet
     assert server.bodies(CHAT) == []
@@ -281,7 +285,7 @@ async def test_a_summary_that_reads_error_is_never_stored() -> None:
 
 
 async def test_responses_compaction_through_the_layer(server: FakeOpenAI) -> None:
-    strategy = ResponsesCompact(model="gpt-4.1", client=server.client(), timeout=5)
+    strategy = ResponsesCompact(model="gpt-4.1", client=server.client(), timeout=60)
     session = CompactionSession(
         InMemorySession("r"), strategy=strategy, trigger=Items(12, target=4)
     )
