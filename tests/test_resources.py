@@ -14,7 +14,7 @@ import threading
 import tracemalloc
 import uuid
 import weakref
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -351,7 +351,3 @@ def test_vocabularies_load_once_per_process() -> None:
 
     first, second = TokenCounter("gpt-4.1"), TokenCounter("gpt-4.1")
     assert first.encoding is second.encoding is load_encoding("o200k_base")
-
-
-def iter_ids(n: int) -> Iterator[str]:
-    return (f"s{i}" for i in range(n))
