@@ -8,6 +8,7 @@ session = build_stack(
 )
 # or: session = from_recipe("recipes/dev-sqlite.toml", session_id="user-42")
 # await Runner.run(agent, "Hello", session=session)
+# at shutdown: await memstack.dispose()  (the process's pools and clients, memstack.resources)
 """
 
 from memstack.backends import (

@@ -62,10 +62,15 @@ def _accepts(annotation: object, kind: type) -> bool:
     return False
 
 
-@functools.cache
 def duration_options(factory: Callable[..., Any]) -> frozenset[str]:
     """Names of ``factory``'s parameters whose type accepts a ``timedelta``."""
-    target = factory.func if isinstance(factory, functools.partial) else factory
+    # Cached per class or function, never per partial: a partial holds its arguments (a
+    # summariser, its client) and the cache lives as long as the process.
+    return _duration_options(factory.func if isinstance(factory, functools.partial) else factory)
+
+
+@functools.cache
+def _duration_options(target: Callable[..., Any]) -> frozenset[str]:
     try:
         params = inspect.signature(target).parameters
     except (TypeError, ValueError):

@@ -23,6 +23,7 @@ whole-store jobs: ``user_sessions`` (which session ids belong to a user, default
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import tomllib
 from collections.abc import Mapping
@@ -475,5 +476,22 @@ def _governance(data: Mapping[str, Any], source: str) -> dict[str, Any]:
 def from_recipe(
     recipe: str | Path | Mapping[str, Any], *, session_id: str, **overrides: Any
 ) -> Session:
-    """Build the stack a recipe describes, for ``session_id``."""
-    return load_recipe(recipe, **overrides).build(session_id)
+    """Build the stack a recipe describes, for ``session_id``.
+
+    A file is parsed once while it is unchanged (a server calls this per request);
+    secrets are still resolved at each build.
+    """
+    if overrides or isinstance(recipe, Mapping):
+        return load_recipe(recipe, **overrides).build(session_id)
+    path = os.path.abspath(recipe)
+    try:
+        found = os.stat(path)
+    except OSError:
+        return load_recipe(recipe).build(session_id)  # its own error, with the name as given
+    return _parsed(str(recipe), path, found.st_mtime_ns, found.st_size).build(session_id)
+
+
+@functools.lru_cache(maxsize=64)
+def _parsed(given: str, path: str, mtime_ns: int, size: int) -> Recipe:
+    """The recipe at ``path`` (named ``given``) as it was at that modification time and size."""
+    return load_recipe(given)

@@ -13,8 +13,9 @@ duration options also take text such as ``"5m"`` (see ``memstack.durations``).
 
 from __future__ import annotations
 
+import functools
 import inspect
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from importlib import import_module
 from typing import Any
@@ -61,6 +62,16 @@ def resolve_layer(layer: str | type[SessionLayer]) -> type[SessionLayer]:
     return cls
 
 
+@functools.cache  # per layer class: a stack is built per request
+def _keywords(init: Callable[..., None]) -> tuple[list[str], bool, frozenset[str]]:
+    """``init``'s keyword-only options, whether it takes any keyword, and the required ones."""
+    params = inspect.signature(init).parameters
+    allowed = [name for name, p in params.items() if p.kind is p.KEYWORD_ONLY]
+    any_keyword = any(p.kind is p.VAR_KEYWORD for p in params.values())
+    empty = inspect.Parameter.empty
+    return allowed, any_keyword, frozenset(n for n in allowed if params[n].default is empty)
+
+
 def check_options(
     cls: type[SessionLayer], options: Mapping[str, Any], *, supplied: Collection[str] = ()
 ) -> None:
@@ -68,16 +79,14 @@ def check_options(
 
     ``supplied`` names required options a caller adds later (a recipe's memory ``store``).
     """
-    params = inspect.signature(cls.__init__).parameters
-    allowed = [name for name, p in params.items() if p.kind is p.KEYWORD_ONLY]
+    allowed, any_keyword, required = _keywords(cls.__init__)
     listed = ", ".join(allowed) or "none"
-    if not any(p.kind is p.VAR_KEYWORD for p in params.values()):
+    if not any_keyword:
         unknown = sorted(set(options) - set(allowed))
         if unknown:
             raise ConfigurationError(
                 f"unknown option(s) {', '.join(unknown)}; allowed: {listed}", layer=cls.__name__
             )
-    required = {name for name in allowed if params[name].default is inspect.Parameter.empty}
     missing = sorted(required - set(options) - set(supplied))
     if missing:
         raise ConfigurationError(

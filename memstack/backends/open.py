@@ -18,12 +18,14 @@ opening anything (``memstack validate --resolve``).
 
 from __future__ import annotations
 
+import functools
 import re
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from agents.memory import Session, SQLiteSession
 
+import memstack.resources as resources
 from memstack.backends.translate import store_errors
 from memstack.durations import parse_duration, seconds_of
 from memstack.errors import ConfigurationError
@@ -63,9 +65,11 @@ def _sqlite_path(url: str, scheme: str) -> str:
 def open_backend(url: str, session_id: str, **options: Any) -> Session:
     """The SDK session for ``url``; ``options`` go to its constructor.
 
-    SQLAlchemy URLs create their tables unless ``create_tables=False`` and accept a shared
-    ``engine=`` (one pool for many sessions). ``redis://`` accepts ``key_prefix=``. A store
-    that cannot be opened (a SQLite file in a missing folder) raises ``BackendError``.
+    SQLAlchemy URLs create their tables unless ``create_tables=False``. Their engine is the
+    process's for the URL and ``engine_kwargs`` (``memstack.resources``: one pool per
+    event loop, closed by ``memstack.dispose()``), or the ``engine=`` you pass.
+    ``redis://`` accepts ``key_prefix=``. A store that cannot be opened (a SQLite file in a
+    missing folder) raises ``BackendError``.
     """
     with store_errors(None, doing=f"opening {_without_password(url)}"):
         return _open(url, session_id, options)
@@ -127,6 +131,7 @@ def _open_redis(url: str, session_id: str, options: dict[str, Any]) -> Session:
     return redis_session.from_url(session_id, url=url, **options)
 
 
+@functools.lru_cache(maxsize=256)  # parsed and its dialect loaded once per URL, not per request
 def _sqlalchemy_url(url: str, scheme: str) -> str:
     """``url`` with the default async driver of a plain dialect; its dialect must load."""
     from sqlalchemy.engine import make_url
@@ -147,22 +152,44 @@ def _open_sqlalchemy(url: str, scheme: str, session_id: str, options: dict[str, 
     from sqlalchemy.exc import ArgumentError, NoSuchModuleError
     from sqlalchemy.ext.asyncio import create_async_engine
 
+    from memstack.backends.engines import LoopEngine, configure_engine, in_memory_sqlite
+    from memstack.backends.prototypes import sdk_session
+
     url = _sqlalchemy_url(url, scheme)
     scheme = _DEFAULT_DRIVERS.get(scheme, scheme)
     engine = options.pop("engine", None)
     create_tables = options.pop("create_tables", True)
     if engine is None:
+        engine_kwargs = options.pop("engine_kwargs", {})
         try:
-            engine = create_async_engine(url, **options.pop("engine_kwargs", {}))
+            if in_memory_sqlite(url):  # its one connection is the database: never shared
+                engine = create_async_engine(url, **engine_kwargs)
+            else:  # the process's pool for this URL and these options (memstack.resources)
+                engine = resources.engine(url, **engine_kwargs)
+                if engine.dialect.name == "sqlite":
+                    # The SDK sets SQLite's busy timeout and WAL on the engine it is given;
+                    # a shared engine is one per loop, and each of them needs it.
+                    configure_engine(engine, SQLAlchemySession._configure_sqlite_engine)
         except (ArgumentError, NoSuchModuleError, ImportError) as exc:
             raise ConfigurationError(
                 f"cannot open {scheme}:// URLs: {exc} (is the driver installed? "
                 "pip install memstack[postgres] or memstack[mysql])"
             ) from exc
+    # A store per request: over the process's engine, copy the first one built (its
+    # tables and session factory are the same for every session id).
+    make: Any = sdk_session if isinstance(engine, LoopEngine) else _construct
     if engine.dialect.name in _MYSQL_DIALECTS and create_tables:
         # The SDK's schema uses VARCHAR without a length, which MySQL/MariaDB refuse;
         # memstack creates the same tables with lengths on first use instead.
         from memstack.backends.sqlalchemy_store import MySQLSQLAlchemySession
 
-        return MySQLSQLAlchemySession(session_id, engine=engine, **options)
-    return SQLAlchemySession(session_id, engine=engine, create_tables=create_tables, **options)
+        session: Session = make(MySQLSQLAlchemySession, session_id, engine=engine, **options)
+        return session
+    session = make(
+        SQLAlchemySession, session_id, engine=engine, create_tables=create_tables, **options
+    )
+    return session
+
+
+def _construct(cls: type[Session], session_id: str, **options: Any) -> Session:
+    return cls(session_id, **options)  # type: ignore[call-arg]

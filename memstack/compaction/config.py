@@ -22,7 +22,6 @@ checks that need the wrapped store (a server-side conversation, an atomic store 
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable, Mapping, Sequence
 from typing import Annotated, Any, Literal, Self
 
@@ -87,7 +86,7 @@ def _strategy(entry: object) -> Any:
         if "summarizer" not in options:
             raise ConfigurationError("strategy 'summarize' needs a summarizer")
         summarizer = _summarizer(options.pop("summarizer"))
-        return _build(functools.partial(Summarize, summarizer), "strategy 'summarize'", options)
+        return _build(Summarize, "strategy 'summarize'", {**options, "summarizer": summarizer})
     return _build(ResponsesCompact, "strategy 'responses_compact'", options)
 
 

@@ -25,6 +25,7 @@ from memstack.compaction.render import DEFAULT_INSTRUCTIONS, message_text, rende
 from memstack.compaction.summarizer import Summarizer, SummaryRequest
 from memstack.durations import Seconds, seconds_of
 from memstack.errors import ConfigurationError, SummarizerError
+from memstack.model_client import chat_client
 
 if TYPE_CHECKING:
     from openai import AsyncOpenAI
@@ -175,27 +176,22 @@ class ResponsesCompact:
         if not isinstance(self.model, str) or not self.model:
             raise ConfigurationError("model must be a non-empty OpenAI model name", layer=owner)
         _timeout_in_seconds(self)
-        if self.client is None:
-            from openai import AsyncOpenAI, OpenAIError
-
-            try:
-                object.__setattr__(self, "client", AsyncOpenAI())
-            except OpenAIError as exc:
-                raise ConfigurationError(
-                    f"cannot create the OpenAI client ({exc}); pass client=AsyncOpenAI(...)",
-                    layer=owner,
-                ) from exc
+        # Without client=, the process's client for the environment's endpoint (one per
+        # loop, memstack.resources): strategies are built with every stack.
+        object.__setattr__(
+            self, "_clients", chat_client(model=self.model, client=self.client, layer=owner)
+        )
 
     async def compact(
         self, previous: Sequence[Item], covered: Sequence[Item]
     ) -> list[dict[str, Any]]:
-        assert self.client is not None
+        client: AsyncOpenAI = self._clients()  # type: ignore[attr-defined]
         options: dict[str, Any] = {"model": self.model, "input": [*previous, *covered]}
         if self.instructions is not None:
             options["instructions"] = self.instructions
         what = f"responses.compact({self.model})"
         response = await _guarded(
-            self.client.responses.compact(**options), seconds_of(self.timeout), what
+            client.responses.compact(**options), seconds_of(self.timeout), what
         )
         return _compacted_items(getattr(response, "output", None), what)
 

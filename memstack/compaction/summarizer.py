@@ -77,7 +77,8 @@ class OpenAIChatSummarizer:
                 f"reasoning models), got {token_param!r}",
                 layer=name,
             )
-        client = chat_client(
+        # Not its own client: the process's for this endpoint (built per stack, freed with it).
+        self._client = chat_client(
             model=model,
             client=client,
             base_url=base_url,
@@ -85,10 +86,14 @@ class OpenAIChatSummarizer:
             max_retries=max_retries,
             layer=name,
         )
-        self.client = client
         self.model = model
         self.token_param = token_param
         self.temperature = temperature
+
+    @property
+    def client(self) -> AsyncOpenAI:
+        """The client calls go through now: yours, or the process's on the running loop."""
+        return self._client()
 
     async def summarize(self, request: SummaryRequest) -> str:
         options: dict[str, Any] = {self.token_param: request.max_tokens}

@@ -27,6 +27,8 @@ from sqlalchemy.exc import ArgumentError, DBAPIError, IntegrityError, Programmin
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 from sqlalchemy.pool import StaticPool
 
+import memstack.resources as resources
+from memstack.backends.engines import configure_engine, in_memory_sqlite
 from memstack.backends.translate import store_errors
 from memstack.errors import ConfigurationError, DecryptionError
 from memstack.memory.cipher import PLAIN_KID, MemoryCipher
@@ -87,14 +89,19 @@ def engine_url(url: str) -> str:
 
 
 def open_engine(url: str, engine_kwargs: Mapping[str, Any] | None = None) -> AsyncEngine:
-    """An engine for ``url``; an in-memory SQLite database is shared by all connections."""
+    """The process's engine for ``url`` (``memstack.resources``); ``:memory:`` gets its own.
+
+    An in-memory SQLite database is shared by all connections of its engine.
+    """
     target = engine_url(url)
     kwargs = dict(engine_kwargs or {})
-    if target == "sqlite+aiosqlite://":
-        kwargs.setdefault("poolclass", StaticPool)
     with store_errors(None, layer=_LAYER, doing="opening the memory store"):
         try:
-            return create_async_engine(target, **kwargs)
+            if in_memory_sqlite(target):  # a database of its own, as each :memory: is
+                kwargs.setdefault("poolclass", StaticPool)
+                return create_async_engine(target, **kwargs)
+            # The process's pool for this URL: the session store's too when they match.
+            return resources.engine(target, **kwargs)
         except ArgumentError as exc:  # no such dialect or driver, a malformed URL or option
             raise ConfigurationError(f"cannot open {url!r}: {exc}", layer=_LAYER) from exc
         except ImportError as exc:
@@ -108,6 +115,11 @@ def open_engine(url: str, engine_kwargs: Mapping[str, Any] | None = None) -> Asy
 def secure_delete(engine: AsyncEngine) -> None:
     """On SQLite, deleted memories are overwritten with zeros, not left in free pages."""
     if engine.dialect.name == "sqlite":
+        configure_engine(engine, _listen_secure_delete)
+
+
+def _listen_secure_delete(engine: AsyncEngine) -> None:
+    if not event.contains(engine.sync_engine, "connect", _sqlite_secure_delete):
         event.listen(engine.sync_engine, "connect", _sqlite_secure_delete)
 
 

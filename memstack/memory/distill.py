@@ -281,7 +281,8 @@ class LLMExtractor:
         structured: bool = True,
         max_retries: int = 2,
     ) -> None:
-        client = chat_client(
+        # The process's client for this endpoint, unless you pass one (memstack.resources).
+        self._client = chat_client(
             model=model,
             client=client,
             base_url=base_url,
@@ -289,10 +290,14 @@ class LLMExtractor:
             max_retries=max_retries,
             layer="LLMExtractor",
         )
-        self.client = client
         self.model = model
         self.structured = structured
         self.prompt_version = PROMPT_VERSION
+
+    @property
+    def client(self) -> AsyncOpenAI:
+        """The client calls go through now: yours, or the process's on the running loop."""
+        return self._client()
 
     async def extract(self, items: Sequence[Item]) -> list[Candidate]:
         transcript = _transcript(items)
