@@ -3,19 +3,20 @@
     >>> import asyncio
     >>> from memstack.compaction import Summarize
     >>> from memstack.compaction.quoting import QuotingSummarizer
-    >>> strategy = Summarize(QuotingSummarizer(), max_tokens=60)
+    >>> strategy = Summarize(QuotingSummarizer(), max_tokens=200)
     >>> [summary] = asyncio.run(strategy.compact([], [
     ...     {"type": "function_call", "call_id": "c1", "name": "bash",
     ...      "arguments": '{"command": "grep -n parse_date src/util/dates.py"}'},
     ...     {"type": "function_call_output", "call_id": "c1",
     ...      "output": "12: import re\\n41: def parse_date(text, fmt=ISO_FORMAT):"},
-    ...     {"role": "assistant", "content": "I will set ISO_FORMAT to RFC_3339."},
+    ...     {"role": "assistant", "content": "Its default, ISO_FORMAT, is wrong."},
     ... ]))
     >>> print(summary["content"].split("\\n\\n", 1)[1])
     $ grep -n parse_date src/util/dates.py
-      | 41: def parse_date(text, fmt=ISO_FORMAT):
-    > I will set ISO_FORMAT to RFC_3339.
+    > Its default, ISO_FORMAT, is wrong.
 
+Each name the agent used is quoted once, in the shortest line that holds it with others
+(above, the agent's own sentence holds ISO_FORMAT; the output line adds nothing more).
 A list of names tells an agent that a token exists, not what was said around it; this
 summariser keeps whole lines instead. The names that matter are the ones the agent
 itself used (the salient tokens of its messages and tool-call arguments,
@@ -48,6 +49,8 @@ Item = Mapping[str, Any]
 
 # Characters per token, to rank lines without tokenising each candidate.
 _CHARS_PER_TOKEN = 3.5
+# A quoted line shorter than this brings its neighbours along.
+_SHORT = 72
 
 
 def _clip(line: str, names: Sequence[str], width: int) -> str:
@@ -93,12 +96,12 @@ class QuotingSummarizer:
                 out.append((salient_tokens(line), line))
         for item in request.items:
             mark, text = _marked(item)
-            for line in text.splitlines():
-                if not line.strip():
-                    continue
+            lines = [line for line in text.splitlines() if line.strip()]
+            for number, line in enumerate(lines):
                 names = salient_tokens(line)
                 if names:
-                    out.append((names, mark + _clip(line, names, self.line_chars)))
+                    quoted = _clip(line, names, self.line_chars)
+                    out.append((names, mark + _with_neighbours(quoted, lines, number)))
         return out
 
     def _weights(self, items: Sequence[Item]) -> dict[str, float]:
@@ -162,6 +165,23 @@ class QuotingSummarizer:
 
     def __repr__(self) -> str:
         return f"QuotingSummarizer(line_chars={self.line_chars})"
+
+
+def _with_neighbours(quoted: str, lines: Sequence[str], number: int) -> str:
+    """A short line with the lines after it (or before, at the end) up to ``_SHORT`` chars.
+
+    A name on a line of its own ("src/a.py" in a listing) means little without the
+    lines around it; they are quoted with it, verbatim, on their own lines.
+    """
+    after = number + 1
+    while len(quoted) < _SHORT and after < len(lines):
+        quoted = f"{quoted}\n{_clip(lines[after], [], _SHORT)}"
+        after += 1
+    before = number - 1
+    while len(quoted) < _SHORT and before >= 0:
+        quoted = f"{_clip(lines[before], [], _SHORT)}\n{quoted}"
+        before -= 1
+    return quoted
 
 
 def _item_text(item: Item) -> str:
