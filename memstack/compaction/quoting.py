@@ -65,21 +65,13 @@ def _clip(line: str, names: Sequence[str], width: int) -> str:
 class QuotingSummarizer:
     """Summarises without a model: the lines that hold the names the agent used, verbatim."""
 
-    def __init__(
-        self, *, counter: ItemCounter | None = None, line_chars: int = 160, outputs: float = 0.0
-    ) -> None:
+    def __init__(self, *, counter: ItemCounter | None = None, line_chars: int = 160) -> None:
         if isinstance(line_chars, bool) or not isinstance(line_chars, int) or line_chars < 40:
             raise ConfigurationError(
                 f"line_chars must be an int >= 40, got {line_chars!r}", layer="QuotingSummarizer"
             )
-        if isinstance(outputs, bool) or not isinstance(outputs, int | float) or outputs < 0:
-            raise ConfigurationError(
-                f"outputs must be a number >= 0, got {outputs!r}", layer="QuotingSummarizer"
-            )
         self.counter: ItemCounter = counter if counter is not None else TokenCounter()
         self.line_chars = line_chars
-        #: Weight of names seen in tool outputs that the agent has not used (yet).
-        self.outputs = float(outputs)
 
     async def summarize(self, request: SummaryRequest) -> str:
         candidates = self._candidates(request)
@@ -109,9 +101,6 @@ class QuotingSummarizer:
         weights: dict[str, float] = {}
         total = len(items) + 1
         for index, item in enumerate(items, start=1):
-            if self.outputs and is_output(item):
-                for name in salient_tokens(_item_text(item)):
-                    weights.setdefault(name, self.outputs * index / total)
             for name in used_names([item]):
                 weights[name] = max(weights.get(name, 0.0), 1.0 + index / total)
         return weights
