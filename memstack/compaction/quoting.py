@@ -77,6 +77,9 @@ class QuotingSummarizer:
         candidates = self._candidates(request)
         previous = sum(1 for line in (request.previous or "").splitlines() if line.strip())
         weights = self._weights(request.items)
+        for item in request.kept:  # shown verbatim after the summary: no need to quote
+            for name in salient_tokens(_any_text(item)):
+                weights.pop(name, None)
         chosen = self._pick(candidates, previous, weights, request.max_tokens)
         return "\n".join(candidates[i][1] for i in sorted(chosen)) or "- (nothing to report)"
 
@@ -171,6 +174,10 @@ def _with_neighbours(quoted: str, lines: Sequence[str], number: int) -> str:
         quoted = f"{_clip(lines[before], [], _SHORT)}\n{quoted}"
         before -= 1
     return quoted
+
+
+def _any_text(item: Item) -> str:
+    return agent_text(item) if pair_key(item) is not None and not is_output(item) else _item_text(item)
 
 
 def _item_text(item: Item) -> str:
