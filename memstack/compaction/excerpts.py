@@ -16,7 +16,8 @@ still quotes the original text).
 agent's own words in ``items``: its messages and its tool-call arguments, the names it
 demonstrably acted on. ``excerpt(text, names, budget=N)`` picks the lines of ``text``
 holding one of ``names``, in text order, each clipped to ``width`` characters around
-the first name it holds, until ``budget`` characters are used; lines holding names
+each name (a one-line JSON output gives one stretch per name), until ``budget``
+characters are used; lines holding names
 that no earlier picked line holds come first, so a small budget covers more names.
 """
 
@@ -75,12 +76,8 @@ def used_names(items: Iterable[Item]) -> list[str]:
     return list(found)
 
 
-def _clip(line: str, name: str, width: int) -> str:
-    line = line.strip()
-    if len(line) <= width:
-        return line
-    at = max(0, line.find(name) - width // 3)
-    return line[at : at + width]
+def _stretch(line: str, begin: int, width: int) -> str:
+    return line.strip() if len(line) <= width else line[begin : begin + width].strip()
 
 
 def excerpt(
@@ -91,30 +88,36 @@ def excerpt(
         return []
     lines = text.split("\n")
     starts = list(itertools.accumulate((len(line) + 1 for line in lines[:-1]), initial=0))
-    holding: dict[int, list[str]] = {}
+    # A candidate is a whole line, or in a line longer than ``width`` (one-line JSON) the
+    # stretch of ``width`` characters around one name: keyed by (line, start in line).
+    holding: dict[tuple[int, int], list[str]] = {}
     for name in names:  # one scan of the text per name, not one per line
         at = text.find(name)
         while at >= 0:
             number = bisect.bisect_right(starts, at) - 1
-            if occurs(name, lines[number]) and name not in holding.setdefault(number, []):
-                holding[number].append(name)
-            at = text.find(name, starts[number] + len(lines[number]) + 1)
+            line = lines[number]
+            column = at - starts[number]
+            if occurs(name, line[max(0, column - 1) : column + len(name) + 1]):
+                begin = 0 if len(line) <= width else max(0, column - width // 3)
+                held = holding.setdefault((number, begin), [])
+                if name not in held:
+                    held.append(name)
+            at = text.find(name, at + 1)
     candidates = [
-        (number, _clip(lines[number], held[0], width), frozenset(held))
-        for number, held in sorted(holding.items())
-        if held
+        (place, _stretch(lines[place[0]], place[1], width), frozenset(held))
+        for place, held in sorted(holding.items())
     ]
     covered: set[str] = set()
-    chosen: dict[int, str] = {}
+    chosen: dict[tuple[int, int], str] = {}
     used = 0
-    # First pass: lines that bring a name no chosen line holds yet; then the rest.
+    # First pass: stretches that bring a name no chosen one holds yet; then the rest.
     for fresh_only in (True, False):
-        for number, line, held in candidates:
-            if number in chosen or (fresh_only and held <= covered):
+        for place, line, held in candidates:
+            if place in chosen or (fresh_only and held <= covered):
                 continue
             if used + len(line) + 1 > budget:
                 continue
-            chosen[number] = line
+            chosen[place] = line
             covered |= held
             used += len(line) + 1
-    return [chosen[number] for number in sorted(chosen)]
+    return [chosen[place] for place in sorted(chosen)]
