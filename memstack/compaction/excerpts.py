@@ -98,7 +98,7 @@ def excerpt(
             line = lines[number]
             column = at - starts[number]
             if occurs(name, line[max(0, column - 1) : column + len(name) + 1]):
-                begin = 0 if len(line) <= width else max(0, column - width // 3)
+                begin = 0 if len(line) <= width else max(0, min(column - width // 2, len(line) - width))
                 held = holding.setdefault((number, begin), [])
                 if name not in held:
                     held.append(name)
