@@ -5,8 +5,8 @@
 Reads the per-call CSV that ``memstack bench tokens`` writes and prints, for two disjoint
 halves of each transcript set (conversations alternately by id), every strategy's cost
 relative to full history, its cost above a call with no history relative to full history's
-(the history kept), and its needed-context recall, lenient and in context. A strategy tuned on the whole set
-that only works on part of it shows up as two halves that disagree.
+(the history kept), and its needed-context recall, lenient and in context. A strategy
+tuned on the whole set that only works on part of it shows up as two halves that disagree.
 """
 
 from __future__ import annotations

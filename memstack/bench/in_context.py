@@ -7,7 +7,8 @@
     >>> names = {"role": "developer", "content": "Names: parse_date ISO_FORMAT 41"}
     >>> in_context_counts([need], [names], [None], texts)    # a bag of names: not kept
     (1, 0)
-    >>> line = {"role": "developer", "content": "… dates.py:41: def parse_date(text, fmt=ISO_FORMAT):"}
+    >>> line = {"role": "developer",
+    ...         "content": "… dates.py:41: def parse_date(text, fmt=ISO_FORMAT):"}
     >>> in_context_counts([need], [line], [None], texts)     # the line it stood in: kept
     (1, 1)
 

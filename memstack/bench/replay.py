@@ -210,9 +210,7 @@ async def replay_one(
         output_tokens = ledger.tokens(_keys(output), output)
         originals = [prepared.index_of.get(k) for k in keys]
         needed, kept = recall_counts(prepared.needs[number], view, originals=originals)
-        _, in_context = in_context_counts(
-            prepared.needs[number], view, originals, prepared.texts
-        )
+        _, in_context = in_context_counts(prepared.needs[number], view, originals, prepared.texts)
         records.append(
             CallRecord(
                 spec.name,

@@ -139,7 +139,9 @@ def user_recipe_strategies(
 def _is_extractive(summarizer: object) -> bool:
     # Offline, deterministic summarisers run as they are: what is measured is what ships.
     offline = ("extractive", "quoting")
-    return summarizer in offline or (isinstance(summarizer, dict) and list(summarizer) in [[o] for o in offline])
+    return summarizer in offline or (
+        isinstance(summarizer, dict) and list(summarizer) in [[o] for o in offline]
+    )
 
 
 def _sample(conversations: list[Conversation], count: int, seed: int = 7) -> list[Conversation]:

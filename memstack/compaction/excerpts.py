@@ -80,9 +80,7 @@ def _stretch(line: str, begin: int, width: int) -> str:
     return line.strip() if len(line) <= width else line[begin : begin + width].strip()
 
 
-def excerpt(
-    text: str, names: Sequence[str], *, budget: int, width: int = LINE_CHARS
-) -> list[str]:
+def excerpt(text: str, names: Sequence[str], *, budget: int, width: int = LINE_CHARS) -> list[str]:
     """Lines of ``text`` holding one of ``names`` (see the module docstring)."""
     if budget <= 0 or not names:
         return []
@@ -98,7 +96,9 @@ def excerpt(
             line = lines[number]
             column = at - starts[number]
             if occurs(name, line[max(0, column - 1) : column + len(name) + 1]):
-                begin = 0 if len(line) <= width else max(0, min(column - width // 2, len(line) - width))
+                begin = (
+                    0 if len(line) <= width else max(0, min(column - width // 2, len(line) - width))
+                )
                 held = holding.setdefault((number, begin), [])
                 if name not in held:
                     held.append(name)
@@ -112,12 +112,12 @@ def excerpt(
     used = 0
     # First pass: stretches that bring a name no chosen one holds yet; then the rest.
     for fresh_only in (True, False):
-        for place, line, held in candidates:
-            if place in chosen or (fresh_only and held <= covered):
+        for place, line, holds in candidates:
+            if place in chosen or (fresh_only and holds <= covered):
                 continue
             if used + len(line) + 1 > budget:
                 continue
             chosen[place] = line
-            covered |= held
+            covered |= holds
             used += len(line) + 1
     return [chosen[place] for place in sorted(chosen)]

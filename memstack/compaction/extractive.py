@@ -17,11 +17,7 @@ Each covered item becomes one short line; when the whole log (previous summary f
 exceeds ``max_tokens``, its oldest lines go first, so the newest context survives. With
 ``names=N``, one more line lists up to N characters of the covered items' salient tokens
 (paths, code names, numbers: ``memstack.compaction.salient``) that the clipped lines
-lost, newest first. A list of names shows that a token exists, not what was said around
-it: with ``quote=N`` calls are shown as the agent wrote them (arguments decoded) and each
-output keeps, besides its first line, up to N characters of its lines that hold names the
-agent used after reading it (its call's arguments, later messages and calls among the
-covered items: ``memstack.compaction.excerpts``), quoted verbatim.
+lost, newest first — what an agent most often needs again verbatim.
 """
 
 from __future__ import annotations
@@ -29,7 +25,6 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from memstack.compaction.excerpts import agent_text, excerpt, used_names
 from memstack.compaction.render import message_text
 from memstack.compaction.salient import occurs, salient_tokens
 from memstack.compaction.summarizer import SummaryRequest
@@ -58,7 +53,6 @@ class ExtractiveSummarizer:
         call_chars: int = 200,
         output_chars: int = 120,
         names: int = 0,
-        quote: int = 0,
     ) -> None:
         for name, value in (
             ("message_chars", message_chars),
@@ -78,21 +72,13 @@ class ExtractiveSummarizer:
                 f"names must be an int >= 0, got {names!r}", layer=type(self).__name__
             )
         self.names = names
-        if isinstance(quote, bool) or not isinstance(quote, int) or quote < 0:
-            raise ConfigurationError(
-                f"quote must be an int >= 0, got {quote!r}", layer=type(self).__name__
-            )
-        self.quote = quote
 
     async def summarize(self, request: SummaryRequest) -> str:
         lines = [line for line in (request.previous or "").splitlines() if line.strip()]
-        if self.quote:
-            lines.extend(self._quoted(request.items))
-        else:
-            for item in request.items:
-                line = self._describe(item)
-                if line:
-                    lines.append(line)
+        for item in request.items:
+            line = self._describe(item)
+            if line:
+                lines.append(line)
         if self.names:
             names = self._names(request.items, "\n".join(lines))
             if names:
@@ -123,40 +109,6 @@ class ExtractiveSummarizer:
                     used += len(token) + 1
         return " ".join(chosen)
 
-    def _quoted(self, items: Sequence[Item]) -> list[str]:
-        """One line per message and call, an output's first line and its quoted lines."""
-        later: list[set[str]] = [set() for _ in items]  # names the agent used after item i
-        seen: set[str] = set()
-        for index in range(len(items) - 1, -1, -1):
-            later[index] = set(seen)
-            seen.update(used_names([items[index]]))
-        calls: dict[tuple[str, str], Item] = {}
-        lines: list[str] = []
-        for index, item in enumerate(items):
-            key = pair_key(item)
-            if key is None or not is_output(item):
-                if key is not None:
-                    calls[key] = item
-                    name = item.get("name") or item_type(item)
-                    lines.append(f"- CALL {name}: {_line(agent_text(item), self.call_chars)}")
-                else:
-                    line = self._describe(item)
-                    if line:
-                        lines.append(line)
-                continue
-            text = _full_text(item)
-            first = next((line for line in text.splitlines() if line.strip()), "")
-            lines.append(f"  → {_line(first, self.output_chars)}")
-            call = calls.get(key)
-            names = used_names([call]) if call is not None else []
-            names += sorted(later[index].difference(names))
-            lines.extend(
-                f"    | {line}"
-                for line in excerpt(text, names, budget=self.quote)
-                if line.strip() != first.strip()
-            )
-        return lines
-
     def _tokens(self, text: str) -> int:
         return self.counter.count_item({"content": text})
 
@@ -178,8 +130,9 @@ class ExtractiveSummarizer:
         return ""
 
     def __repr__(self) -> str:
-        options = [f"{name}={value}" for name in ("names", "quote") if (value := getattr(self, name))]
-        return f"ExtractiveSummarizer({', '.join(options)})"
+        return (
+            f"ExtractiveSummarizer(names={self.names})" if self.names else "ExtractiveSummarizer()"
+        )
 
 
 def _full_text(item: Item) -> str:

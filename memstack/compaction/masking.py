@@ -305,8 +305,9 @@ class Mask:
         if self.excerpt and output is not None:
             raw = output.get("output")
             full = raw if isinstance(raw, str) else json.dumps(raw, ensure_ascii=False)
-            names = [*excerpts.used_names([call]), *used]
-            lines = excerpts.excerpt(full, names, budget=self.excerpt)
+            lines = excerpts.excerpt(
+                full, [*excerpts.used_names([call]), *used], budget=self.excerpt
+            )
             if lines:
                 text = f"{text} Lines of it the agent used:\n" + "\n".join(lines)
         if self.keep_names and output is not None:

@@ -177,7 +177,9 @@ def _with_neighbours(quoted: str, lines: Sequence[str], number: int) -> str:
 
 
 def _any_text(item: Item) -> str:
-    return agent_text(item) if pair_key(item) is not None and not is_output(item) else _item_text(item)
+    return (
+        agent_text(item) if pair_key(item) is not None and not is_output(item) else _item_text(item)
+    )
 
 
 def _item_text(item: Item) -> str:
