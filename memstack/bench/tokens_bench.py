@@ -90,6 +90,8 @@ def _stack(name: str, layers: list[dict[str, Any]], *, real_summaries: bool) -> 
         if layer["layer"] == "compaction" and real_summaries:
             layer["on_error"] = "raise"  # a failing endpoint fails the run, not the figures
         steps = layer.get("strategy", []) if layer["layer"] == "compaction" else []
+        if isinstance(steps, dict):  # one strategy written as a table, not a list
+            steps = layer["strategy"] = [steps]
         for index, step in enumerate(steps):
             if "summarize" not in step or _is_extractive(step["summarize"]["summarizer"]):
                 continue

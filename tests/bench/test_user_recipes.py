@@ -41,6 +41,21 @@ def test_rows_name_the_file_the_layers_that_ran_and_those_left_out(tmp_path: Pat
     assert spec.kind == "memstack"
 
 
+def test_a_summary_written_as_one_table_gets_the_offline_stand_in(tmp_path: Path) -> None:
+    recipe = tmp_path / "one.toml"
+    recipe.write_text(
+        RECIPE.replace(
+            "strategy = { mask = { keep_last_turns = 1, min_chars = 100 } }",
+            'trigger = { tokens = 3000, target = 1000 }\n'
+            'strategy = { summarize = { max_tokens = 500, summarizer = { openai = '
+            '{ model = "gpt-4.1-mini", api_key = { env = "NOT_SET_24" } } } } }',
+        ),
+        encoding="utf-8",
+    )
+    [spec] = user_recipe_strategies([recipe])
+    assert spec.name.endswith("[extractive stand-in summaries]")
+
+
 def test_a_bad_recipe_fails_before_any_replay(tmp_path: Path) -> None:
     recipe = tmp_path / "bad.toml"
     recipe.write_text(RECIPE.replace("max_tokens = 3000", "max_tokens = -1"), encoding="utf-8")
