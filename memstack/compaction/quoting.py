@@ -12,6 +12,7 @@
     ...     {"role": "assistant", "content": "Its default, ISO_FORMAT, is wrong."},
     ... ]))
     >>> print(summary["content"].split("\\n\\n", 1)[1])
+    Lines quoted verbatim ($ a command, | its output, > the agent's words):
     $ grep -n parse_date src/util/dates.py
     > Its default, ISO_FORMAT, is wrong.
 
@@ -43,10 +44,12 @@ from memstack.errors import ConfigurationError
 from memstack.history import is_output, item_type, pair_key
 from memstack.tokens import ItemCounter, TokenCounter
 
-__all__ = ["QuotingSummarizer"]
+__all__ = ["LEAD", "QuotingSummarizer"]
 
 Item = Mapping[str, Any]
 
+#: The summary's first line: what follows, and how lines are marked.
+LEAD = "Lines quoted verbatim ($ a command, | its output, > the agent's words):"
 # Characters per token, to rank lines without tokenising each candidate.
 _CHARS_PER_TOKEN = 3.5
 # A quoted line shorter than this brings its neighbours along.
@@ -80,8 +83,10 @@ class QuotingSummarizer:
         for item in request.kept:  # shown verbatim after the summary: no need to quote
             for name in salient_tokens(_any_text(item)):
                 weights.pop(name, None)
-        chosen = self._pick(candidates, previous, weights, request.max_tokens)
-        return "\n".join(candidates[i][1] for i in sorted(chosen)) or "- (nothing to report)"
+        budget = request.max_tokens - self.counter.count_item({"content": LEAD})
+        chosen = self._pick(candidates, previous, weights, budget)
+        # The lead line also keeps a quoted "Traceback …" from reading as a failure report.
+        return "\n".join([LEAD, *(candidates[i][1] for i in sorted(chosen))])
 
     def _candidates(self, request: SummaryRequest) -> list[tuple[list[str], str]]:
         """``(names held, line as written)`` for every line that could be quoted, in order."""

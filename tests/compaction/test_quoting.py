@@ -86,6 +86,17 @@ async def test_the_summary_quotes_lines_not_a_list_of_names() -> None:
     assert "compute(value_120)" not in text
 
 
+async def test_a_quoted_traceback_is_not_taken_for_a_failure_report() -> None:
+    # Found replaying a coding run: a summary opening with "traceback.print_exc()" was
+    # refused as an error message, and the compaction did not happen.
+    items = [
+        said("traceback.print_exc() shows where reproduce_issue fails."),
+        call("c9", "python3 reproduce_issue.py"),
+    ]
+    text = await summary_of(items)
+    assert "traceback.print_exc()" in text
+
+
 async def test_names_the_tail_shows_verbatim_are_not_quoted_again() -> None:
     alone = await summary_of(RUN[:3])
     assert "parse_date" in alone
