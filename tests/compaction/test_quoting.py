@@ -87,14 +87,17 @@ async def test_the_summary_quotes_lines_not_a_list_of_names() -> None:
 
 
 async def test_a_quoted_traceback_is_not_taken_for_a_failure_report() -> None:
-    # Found replaying a coding run: a summary opening with "traceback.print_exc()" was
-    # refused as an error message, and the compaction did not happen.
-    items = [
-        said("traceback.print_exc() shows where reproduce_issue fails."),
-        call("c9", "python3 reproduce_issue.py"),
+    # Found replaying a coding run: at a second compaction, a summary whose first carried
+    # line read "traceback.print_exc() …" was refused as an error message.
+    strategy = Summarize(QuotingSummarizer(), max_tokens=300)
+    previous = [
+        {
+            "role": "developer",
+            "content": f"{strategy.header}\n\ntraceback.print_exc() in reproduce_issue",
+        }
     ]
-    text = await summary_of(items)
-    assert "traceback.print_exc()" in text
+    [summary] = await strategy.compact(previous, [call("c9", "python3 reproduce_issue.py")])
+    assert "traceback.print_exc() in reproduce_issue" in summary["content"]
 
 
 async def test_names_the_tail_shows_verbatim_are_not_quoted_again() -> None:
