@@ -46,8 +46,8 @@ def test_a_summary_written_as_one_table_gets_the_offline_stand_in(tmp_path: Path
     recipe.write_text(
         RECIPE.replace(
             "strategy = { mask = { keep_last_turns = 1, min_chars = 100 } }",
-            'trigger = { tokens = 3000, target = 1000 }\n'
-            'strategy = { summarize = { max_tokens = 500, summarizer = { openai = '
+            "trigger = { tokens = 3000, target = 1000 }\n"
+            "strategy = { summarize = { max_tokens = 500, summarizer = { openai = "
             '{ model = "gpt-4.1-mini", api_key = { env = "NOT_SET_24" } } } } }',
         ),
         encoding="utf-8",
