@@ -4,8 +4,9 @@
 
 Reads the per-call CSV that ``memstack bench tokens`` writes and prints, for two disjoint
 halves of each transcript set (conversations alternately by id), every strategy's cost
-relative to full history and its needed-context recall. A strategy tuned on the whole set
-that only works on part of it shows up as two halves that disagree.
+relative to full history, its cost above a call with no history relative to full history's
+(the history kept), and its needed-context recall, lenient and in context. A strategy
+tuned on the whole set that only works on part of it shows up as two halves that disagree.
 """
 
 from __future__ import annotations
@@ -32,24 +33,34 @@ def main() -> None:
         for ids in conversations.values()
         for index, conversation in enumerate(sorted(ids))
     }
-    # (source, half, strategy) -> [cost, needed, kept]
-    totals: dict[tuple[str, int, str], list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0])
+    # (source, half, strategy) -> [cost, needed, kept, kept in context, floor cost]
+    totals: dict[tuple[str, int, str], list[float]] = defaultdict(lambda: [0.0] * 5)
     for row in rows:
         total = totals[(row["source"], half[row["conversation"]], row["strategy"])]
         total[0] += float(row["cost"])
         total[1] += int(row["needed"])
         total[2] += int(row["needed_kept"])
+        total[3] += int(row.get("needed_kept_in_context") or 0)
+        total[4] += float(row.get("floor_cost") or 0.0)
     strategies = list(dict.fromkeys(row["strategy"] for row in rows))
     width = max(map(len, strategies), default=0)  # recipe rows name their layers: long
     for source in conversations:
-        print(f"\n{source}: cost vs full / needed-context recall, half A | half B")
+        print(
+            f"\n{source}: cost vs full, history vs full / needed-context recall, lenient and "
+            "in context; half A | half B"
+        )
         for strategy in strategies:
             cells = []
             for part in (0, 1):
-                cost, needed, kept = totals[(source, part, strategy)]
-                full = totals[(source, part, "full history")][0] or 1.0
+                cost, needed, kept, in_context, floor = totals[(source, part, strategy)]
+                full, _, _, _, full_floor = totals[(source, part, "full history")]
+                history = (cost - floor) / (full - full_floor) * 100 if full > full_floor else 100
                 recall = kept / needed * 100 if needed else 100.0
-                cells.append(f"{cost / full * 100:4.0f}% / {recall:5.1f}%")
+                strict = in_context / needed * 100 if needed else 100.0
+                cells.append(
+                    f"{cost / (full or 1.0) * 100:4.0f}% {history:4.0f}% / "
+                    f"{recall:5.1f}% {strict:5.1f}%"
+                )
             print(f"  {strategy:{width}}  {cells[0]}  |  {cells[1]}")
 
 

@@ -382,6 +382,7 @@ async def cmd_bench(args: argparse.Namespace) -> int:
         prices=Path(args.prices) if args.prices else None,
         out=Path(args.out),
         real_summaries=args.real_summaries,
+        recipes=[Path(r) for r in args.recipe],
     )
     return EXIT_OK
 
@@ -516,6 +517,14 @@ def _parser() -> argparse.ArgumentParser:
         help="summarise with the recipes' model (needs OPENAI_API_KEY, and OPENAI_BASE_URL "
         "for another OpenAI-compatible endpoint; costs money); default: the deterministic "
         "extractive summariser, labelled as such",
+    )
+    tokens.add_argument(
+        "--recipe",
+        action="append",
+        default=[],
+        metavar="RECIPE.toml",
+        help="your own recipe (repeatable): its view-shaping layers (compaction, window) run "
+        "against the baselines instead of the shipped recipes",
     )
     memory = which.add_parser("memory", help="LoCoMo evidence recall of long-term memory")
     memory.add_argument("files", nargs="*", help="LoCoMo JSONL (default: locomo_dev.jsonl)")

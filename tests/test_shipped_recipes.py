@@ -25,7 +25,10 @@ SHIPPED = sorted(RECIPES.glob("*.toml"))
 CONTRACT_OVERRIDES: dict[str, dict[str, Any]] = {
     "strict-pii": {"window": {"max_turns": 1000}},
     "ephemeral-redis": {"window": {"max_items": 1000}},
-    "customer-support": {"window": {"max_tokens": 200_000}},
+    "customer-support": {
+        "window": {"max_tokens": 200_000},
+        "compaction": {"trigger": {"tokens": 10_000_000, "target": 5_000_000}},
+    },
     "dev-sqlite": {"window": {"max_tokens": 200_000}},
     "coding-agent": {"compaction": {"trigger": {"tokens": 10_000_000, "target": 5_000_000}}},
     "personal-assistant": {"window": {"max_tokens": 200_000}},

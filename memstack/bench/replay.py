@@ -17,11 +17,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from memstack.bench.needed import Need, needs_per_call, recall_counts
+from memstack.bench.in_context import in_context_counts, normalized
+from memstack.bench.needed import Need, item_text, needs_per_call, recall_counts
 from memstack.bench.pricing import Price, cached_tokens
 from memstack.bench.quality import Retention
 from memstack.bench.strategies import StrategySpec
 from memstack.bench.transcripts import Conversation, ModelCall, model_calls
+from memstack.history import is_user_message
 
 __all__ = ["CallRecord", "Counter", "StrategyResult", "TokenLedger", "prepare", "replay"]
 
@@ -47,6 +49,8 @@ class CallRecord:
     valid: bool
     needed: int  # salient tokens the call used from earlier history
     needed_kept: int  # of them, still in this strategy's view
+    needed_kept_in_context: int  # of them, shown with their text (``bench.in_context``)
+    floor_cost: float  # the same call with no history: head + the newest user message
 
 
 @dataclass
@@ -107,9 +111,11 @@ class Prepared:
     needs: list[list[Need]]
     head_tokens: int
     index_of: dict[str, int]  # canonical JSON of a history item -> its index
+    texts: list[str]  # normalized text of each history item (in-context recall)
+    floor_costs: list[float]  # per call, its cost with no history (see ``floor_costs``)
 
 
-def prepare(conversation: Conversation, ledger: TokenLedger) -> Prepared:
+def prepare(conversation: Conversation, ledger: TokenLedger, price: Price) -> Prepared:
     history = conversation.history
     calls = model_calls(history)
     visible = "\n".join([conversation.system_prompt, json.dumps(conversation.tools)])
@@ -127,7 +133,40 @@ def prepare(conversation: Conversation, ledger: TokenLedger) -> Prepared:
         needs_per_call(history, calls, always_visible=visible),
         head,
         index_of,
+        [normalized(item_text(item)) for item in history],
+        floor_costs(history, calls, head, ledger, price),
     )
+
+
+def floor_costs(
+    history: Sequence[Item],
+    calls: Sequence[ModelCall],
+    head: int,
+    ledger: TokenLedger,
+    price: Price,
+) -> list[float]:
+    """Per call, what it costs with no history: the head and the newest user message only.
+
+    Every strategy pays this (the system prompt and tool schemas dominate short support
+    dialogues), so what a strategy saves is measured above it. Cached like any input.
+    """
+    costs: list[float] = []
+    previous: list[str] = []
+    newest: list[Item] = []
+    position = 0
+    for call in calls:
+        for item in history[position : call.start]:
+            if is_user_message(item):
+                newest = [item]
+        keys = _keys(newest)
+        tokens = head + sum(ledger.tokens(keys, newest))
+        shared = tokens if keys == previous else head
+        cached = cached_tokens(min(shared, tokens)) if costs else 0
+        output = history[call.start : call.stop]
+        out_tokens = sum(ledger.tokens(_keys(output), output))
+        costs.append(price.cost(tokens - cached, cached, out_tokens))
+        previous, position = keys, call.stop
+    return costs
 
 
 def _keys(items: Sequence[Item]) -> list[str]:
@@ -169,9 +208,9 @@ async def replay_one(
         cached = cached_tokens(min(prefix_tokens, input_tokens)) if previous else 0
         output = history[call.start : call.stop]
         output_tokens = ledger.tokens(_keys(output), output)
-        needed, kept = recall_counts(
-            prepared.needs[number], view, originals=[prepared.index_of.get(k) for k in keys]
-        )
+        originals = [prepared.index_of.get(k) for k in keys]
+        needed, kept = recall_counts(prepared.needs[number], view, originals=originals)
+        _, in_context = in_context_counts(prepared.needs[number], view, originals, prepared.texts)
         records.append(
             CallRecord(
                 spec.name,
@@ -185,6 +224,8 @@ async def replay_one(
                 retention.invalid_views == invalid_before,
                 needed,
                 kept,
+                in_context,
+                prepared.floor_costs[number],
             )
         )
         await strategy.add(output)
@@ -205,7 +246,7 @@ async def replay(
     results = [StrategyResult(spec.name, spec.kind) for spec in strategies]
     ledger = TokenLedger(counter)
     for conversation in conversations:
-        prepared = prepare(conversation, ledger)
+        prepared = prepare(conversation, ledger, price)
         for spec, result in zip(strategies, results, strict=True):
             records, retention = await replay_one(prepared, spec, ledger, price)
             result.calls.extend(records)

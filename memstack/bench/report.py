@@ -24,6 +24,8 @@ HEADERS = [
     "vs full",
     "invalid",
     "needed recall",
+    "in context",
+    "history vs full",
     "facts kept",
     "tool results kept",
 ]
@@ -37,6 +39,7 @@ def sources(results: Sequence[StrategyResult]) -> list[str]:
 def summary_rows(results: Sequence[StrategyResult]) -> list[dict[str, Any]]:
     baseline = next((r for r in results if r.name == "full history"), results[0])
     base_cost = baseline.total("cost") or 1.0
+    base_history = baseline.total("cost") - baseline.total("floor_cost")
     rows = []
     for result in results:
         inputs = result.total("input_tokens")
@@ -54,12 +57,22 @@ def summary_rows(results: Sequence[StrategyResult]) -> list[dict[str, Any]]:
                 "cost_vs_full": result.total("cost") / base_cost,
                 "invalid_views": result.invalid,
                 "needed_context_recall": result.total("needed_kept") / needed if needed else 1.0,
+                "needed_context_recall_in_context": (
+                    result.total("needed_kept_in_context") / needed if needed else 1.0
+                ),
                 "needed_tokens": int(needed),
+                "history_cost_vs_full": _history_share(result, base_history),
                 "fact_retention": Retention.mean([s for _, s in result.fact_retention]),
                 "tool_retention": Retention.mean([s for _, s in result.tool_retention]),
             }
         )
     return rows
+
+
+def _history_share(result: StrategyResult, base_history: float) -> float:
+    """Cost above a call with no history, relative to full history's (history kept)."""
+    above = result.total("cost") - result.total("floor_cost")
+    return above / base_history if base_history > 0 else 1.0
 
 
 def table(rows: Sequence[dict[str, Any]]) -> str:
@@ -73,6 +86,8 @@ def table(rows: Sequence[dict[str, Any]]) -> str:
             f"{row['cost_vs_full'] * 100:.0f}%",
             str(row["invalid_views"]),
             f"{row['needed_context_recall'] * 100:.1f}%",
+            f"{row['needed_context_recall_in_context'] * 100:.1f}%",
+            f"{row['history_cost_vs_full'] * 100:.0f}%",
             f"{row['fact_retention'] * 100:.0f}%",
             f"{row['tool_retention'] * 100:.0f}%",
         ]
@@ -88,6 +103,10 @@ def table(rows: Sequence[dict[str, Any]]) -> str:
     ]
     lines.insert(1, "  ".join("-" * w for w in widths))
     return "\n".join(lines)
+
+
+def _in_context(row: dict[str, Any]) -> float:
+    return float(row.get("needed_context_recall_in_context", row["needed_context_recall"]))
 
 
 def write_outputs(
@@ -175,14 +194,19 @@ def _scatter(by_source: dict[str, list[dict[str, Any]]], out: Path) -> list[Path
     for axis, (source, rows) in zip(axes[0], by_source.items(), strict=True):
         for row in rows:
             marker = "o" if row["kind"] == "memstack" else "s"
-            x, y = row["cost_vs_full"] * 100, row["needed_context_recall"] * 100
-            axis.scatter([x], [y], marker=marker)
+            x = row["cost_vs_full"] * 100
+            y, strict = row["needed_context_recall"] * 100, _in_context(row) * 100
+            # Hollow: lenient recall; filled: in context; a line joins a strategy's two.
+            (dot,) = axis.plot([x], [strict], marker=marker, linestyle="none")
+            axis.plot([x], [y], marker=marker, linestyle="none", fillstyle="none",
+                      color=dot.get_color())  # fmt: skip
+            axis.plot([x, x], [strict, y], color=dot.get_color(), linewidth=0.8, alpha=0.6)
             axis.annotate(
-                row["strategy"], (x, y), fontsize=6, xytext=(3, 3), textcoords="offset points"
+                row["strategy"], (x, strict), fontsize=6, xytext=(3, 3), textcoords="offset points"
             )
         axis.set(
             xlabel="cost, % of full history",
-            ylabel="needed-context recall, %",
+            ylabel="needed-context recall, % (filled: in context; hollow: lenient)",
             title=f"{source}: cost vs recall (circles: memstack)",
         )
         axis.grid(alpha=0.3)

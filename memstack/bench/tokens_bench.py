@@ -2,6 +2,7 @@
 
 $ memstack bench tokens --quick            # a sample, well under a minute
 $ memstack bench tokens --out bench-results
+$ memstack bench tokens my-runs.jsonl --recipe my-stack.toml --recipe other.toml
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from memstack.bench.transcripts import Conversation, default_transcripts, load_c
 from memstack.errors import ConfigurationError
 from memstack.progress import progress_bar
 
-__all__ = ["memstack_strategies", "run_tokens_bench"]
+__all__ = ["memstack_strategies", "run_tokens_bench", "user_recipe_strategies"]
 
 QUICK_PER_FILE = 12
 
@@ -100,6 +101,8 @@ def _stack(name: str, layers: list[dict[str, Any]], *, real_summaries: bool) -> 
         if layer["layer"] == "compaction" and real_summaries:
             layer["on_error"] = "raise"  # a failing endpoint fails the run, not the figures
         steps = layer.get("strategy", []) if layer["layer"] == "compaction" else []
+        if isinstance(steps, dict):  # one strategy written as a table, not a list
+            steps = layer["strategy"] = [steps]
         for index, step in enumerate(steps):
             if "summarize" not in step or _is_extractive(step["summarize"]["summarizer"]):
                 continue
@@ -110,9 +113,47 @@ def _stack(name: str, layers: list[dict[str, Any]], *, real_summaries: bool) -> 
     return recipe_strategy(label, {"backend": {"url": "memory://"}, "layers": layers})
 
 
+# Layers that change what the model is sent; the others (TTL, encryption, …) change what
+# is stored and when it is deleted, which a replay of one sitting does not measure.
+VIEW_LAYERS = ("compaction", "window")
+
+
+def user_recipe_strategies(
+    recipes: Sequence[Path], *, real_summaries: bool = False
+) -> list[StrategySpec]:
+    """A strategy per recipe file: its view-shaping layers over an in-memory store.
+
+    The row's label names the file and the layers that ran, and those left out. The
+    recipe is validated whole first (``memstack validate``'s rules), so a typo in a layer
+    the replay leaves out still fails here rather than in production.
+    """
+    import tomllib
+
+    from memstack.recipes import load_recipe
+
+    specs = []
+    for path in recipes:
+        load_recipe(path, url="memory://")  # a missing file or a bad layer fails here
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+        layers = [dict(layer) for layer in data.get("layers", [])]
+        ran = [layer for layer in layers if layer.get("layer") in VIEW_LAYERS]
+        left_out = [str(layer.get("layer")) for layer in layers if layer not in ran]
+        label = f"{path.name}: " + (
+            " + ".join(str(layer["layer"]) for layer in ran) or "no view-shaping layer"
+        )
+        if left_out:
+            label += f" (not replayed: {', '.join(left_out)})"
+        spec = _stack(label, ran, real_summaries=real_summaries)
+        spec.make("validate")  # builds the stack: a bad option fails before any replay
+        specs.append(spec)
+    return specs
+
+
 def _is_extractive(summarizer: object) -> bool:
-    return summarizer == "extractive" or (
-        isinstance(summarizer, dict) and list(summarizer) == ["extractive"]
+    # Offline, deterministic summarisers run as they are: what is measured is what ships.
+    offline = ("extractive", "quoting")
+    return summarizer in offline or (
+        isinstance(summarizer, dict) and list(summarizer) in [[o] for o in offline]
     )
 
 
@@ -130,7 +171,13 @@ async def run_tokens_bench(
     out: Path = Path("bench-results"),
     baselines: Sequence[str] = tuple(NAMED_BASELINES),
     real_summaries: bool = False,
+    recipes: Sequence[Path] = (),
 ) -> list[dict[str, Any]]:
+    """Replay ``files`` through the baselines and memstack stacks; print and write figures.
+
+    With ``recipes`` (the user's own recipe files) those stacks run instead of the
+    shipped recipes', against the same baselines.
+    """
     from memstack.tokens import TokenCounter
 
     table_prices = load_prices(prices) if prices else PRICES
@@ -151,16 +198,21 @@ async def run_tokens_bench(
             "--real-summaries needs OPENAI_API_KEY (and OPENAI_BASE_URL for another "
             "OpenAI-compatible endpoint)"
         )
-    checkout = find_checkout()
-    if checkout is None:
+    checkout = None if recipes else find_checkout()
+    if checkout is None and not recipes:
         print(
             "note: the shipped recipes' stacks are left out: they are read from recipes/ in "
             "a checkout of the memstack repository; run inside one to include them",
             file=sys.stderr,
         )
-    strategies = [NAMED_BASELINES[name]() for name in baselines] + memstack_strategies(
-        checkout / "recipes" if checkout else None, real_summaries=real_summaries
+    ours = (
+        user_recipe_strategies(recipes, real_summaries=real_summaries)
+        if recipes
+        else memstack_strategies(
+            checkout / "recipes" if checkout else None, real_summaries=real_summaries
+        )
     )
+    strategies = [NAMED_BASELINES[name]() for name in baselines] + ours
     counter = TokenCounter(model)
 
     bar = progress_bar(len(conversations), "replaying", unit="conv")
@@ -186,6 +238,7 @@ async def run_tokens_bench(
         "conversations": len(conversations),
         "quick": quick,
         "summaries": "model" if real_summaries else "extractive",
+        "recipes": [str(p) for p in recipes],
         "seconds": round(time.perf_counter() - started, 1),
     }
     written = write_outputs(results, rows, out, meta=meta, by_source=by_source)

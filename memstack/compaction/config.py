@@ -29,6 +29,7 @@ from pydantic import Field, SkipValidation, model_validator
 
 from memstack.compaction.extractive import ExtractiveSummarizer
 from memstack.compaction.masking import Mask
+from memstack.compaction.quoting import QuotingSummarizer
 from memstack.compaction.strategies import Compactor, ResponsesCompact, Summarize
 from memstack.compaction.summarizer import OpenAIChatSummarizer
 from memstack.compaction.triggers import Items, Tokens, Trigger, Turns
@@ -46,6 +47,7 @@ _TRIGGERS: dict[str, type[Tokens] | type[Items] | type[Turns]] = {
 _SUMMARIZERS: dict[str, Callable[..., Any]] = {
     "extractive": ExtractiveSummarizer,
     "openai": OpenAIChatSummarizer,
+    "quoting": QuotingSummarizer,
 }
 
 

@@ -48,6 +48,7 @@ from types import MappingProxyType
 from typing import Any
 
 import memstack.cache as cache
+from memstack.compaction import excerpts
 from memstack.compaction.salient import occurs, salient_tokens
 from memstack.content_keys import key_of, keyed_by
 from memstack.errors import ConfigurationError
@@ -108,6 +109,9 @@ class Mask:
     step: int = 1
     #: Characters of the output's salient tokens appended to its placeholder (0: none).
     keep_names: int = 0
+    #: Characters of the output's lines quoted in its placeholder: the lines holding names
+    #: the agent used after reading it (``memstack.compaction.excerpts``; 0: none).
+    excerpt: int = 0
     #: What a placeholder depends on besides the output and its call (cache keys).
     _way: tuple[Any, ...] = field(init=False, repr=False, compare=False)
 
@@ -126,6 +130,7 @@ class Mask:
         if _nonnegative_int("step", self.step) < 1:
             raise ConfigurationError("step must be an int >= 1, got 0", layer="Mask")
         _nonnegative_int("keep_names", self.keep_names)
+        _nonnegative_int("excerpt", self.excerpt)
         if not isinstance(self.templates, Mapping) or not all(
             isinstance(k, str) and isinstance(v, str) and v for k, v in self.templates.items()
         ):
@@ -182,15 +187,37 @@ class Mask:
         boundary = self._protected_from(items, outputs)
         older = [index for index in outputs if index < boundary]
         result, result_keys = list(items), list(keys)
-        for index in older[: self._stepped(items, older)]:
+        for position, index in enumerate(older[: self._stepped(items, older)]):
             item = items[index]
             key = pair_key(item)
             call = calls.get(key) if key is not None else None
             if call is not None:
-                masked = self._masked(item, keys[index], items[call], keys[call])
+                used = self._used_after(items, outputs, position, index) if self.excerpt else ()
+                masked = self._masked(item, keys[index], items[call], keys[call], used)
                 if masked is not None:
                     result[index], result_keys[index] = masked
         return result, result_keys
+
+    def _used_after(
+        self, items: Sequence[Item], outputs: list[int], position: int, index: int
+    ) -> tuple[str, ...]:
+        """Names the agent used after the output at ``index``, up to where protection ended.
+
+        Only items that are always there once the output is masked count (the next
+        ``keep_last_outputs`` outputs and what came before them, or the rest of its user
+        turn), so the placeholder reads the same at every later call: the prompt prefix
+        stays byte-stable.
+        """
+        end = index + 1
+        if self.keep_last_outputs:
+            later = position + self.keep_last_outputs
+            end = outputs[later] if later < len(outputs) else len(items)
+        if self.keep_last_turns:
+            turn = next(
+                (i for i in range(index + 1, len(items)) if is_user_message(items[i])), len(items)
+            )
+            end = max(end, turn)
+        return tuple(excerpts.used_names(items[index + 1 : end]))
 
     def _stepped(self, items: Sequence[Item], older: list[int]) -> int:
         """How many of the ``older`` outputs to mask: up to the newest step boundary.
@@ -225,7 +252,12 @@ class Mask:
         return boundary
 
     def _masked(
-        self, output: Item, output_key: bytes | None, call: Item, call_key: bytes | None
+        self,
+        output: Item,
+        output_key: bytes | None,
+        call: Item,
+        call_key: bytes | None,
+        used: tuple[str, ...] = (),
     ) -> tuple[dict[str, Any], bytes] | None:
         """The masked output and its content key; None when it stays."""
         tool = str(call.get("name") or item_type(call))
@@ -237,17 +269,23 @@ class Mask:
             return None
         # Every read masks the same old outputs again: kept by what the text depends on.
         out = key_of(output, output_key)
-        slot = (*self._way, key_of(call, call_key), out if self.keep_names else size)
+        by_text = self.keep_names or self.excerpt
+        slot = (*self._way, key_of(call, call_key), out if by_text else size, used)
         placeholder = cache.get_or_put(
-            slot, lambda: self.placeholder(call, output), weight=self.max_arg_chars * 4
+            slot,
+            lambda: self.placeholder(call, output, used),
+            weight=self.max_arg_chars * 4 + self.excerpt,
         )
         if len(placeholder) >= size:
             return None
         masked = {**output, "output": placeholder}
         return masked, keyed_by(out, placeholder, b"masked output")
 
-    def placeholder(self, call: Item, output: Item | None = None) -> str:
-        """The text that stands for ``output``, the output of ``call``."""
+    def placeholder(self, call: Item, output: Item | None = None, used: Sequence[str] = ()) -> str:
+        """The text that stands for ``output``, the output of ``call``.
+
+        ``used``: names the agent used after the output (``excerpt`` quotes their lines).
+        """
         tool = str(call.get("name") or item_type(call))
         arguments = _arguments(call)
         fields: dict[str, str] = {
@@ -264,6 +302,14 @@ class Mask:
         )
         template = self.templates.get(tool, self.default_template)
         text = _FIELD.sub(lambda m: fields.get(m.group(1), m.group(0)), template)
+        if self.excerpt and output is not None:
+            raw = output.get("output")
+            full = raw if isinstance(raw, str) else json.dumps(raw, ensure_ascii=False)
+            lines = excerpts.excerpt(
+                full, [*excerpts.used_names([call]), *used], budget=self.excerpt
+            )
+            if lines:
+                text = f"{text} Lines of it the agent used:\n" + "\n".join(lines)
         if self.keep_names and output is not None:
             names = self._names(output, text)
             if names:

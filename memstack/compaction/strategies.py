@@ -48,12 +48,16 @@ _ERROR_TEXT = re.compile(
 
 @runtime_checkable
 class Compactor(Protocol):
-    """Produces the items that stand for ``previous`` plus ``covered``."""
+    """Produces the items that stand for ``previous`` plus ``covered``.
+
+    ``kept``: what the model will still see verbatim after them (the uncovered tail, as
+    masked), so a summary need not repeat it.
+    """
 
     method: Literal["summary", "responses"]
 
     async def compact(
-        self, previous: Sequence[Item], covered: Sequence[Item]
+        self, previous: Sequence[Item], covered: Sequence[Item], *, kept: Sequence[Item] = ()
     ) -> list[dict[str, Any]]: ...
 
 
@@ -120,7 +124,9 @@ class Summarize:
             if not isinstance(getattr(self, name), str) or not getattr(self, name).strip():
                 raise ConfigurationError(f"{name} must be a non-empty string", layer=owner)
 
-    def request(self, previous: Sequence[Item], covered: Sequence[Item]) -> SummaryRequest:
+    def request(
+        self, previous: Sequence[Item], covered: Sequence[Item], *, kept: Sequence[Item] = ()
+    ) -> SummaryRequest:
         """What the summariser will be asked (public so tests and tools can inspect it)."""
         return SummaryRequest(
             instructions=self.instructions,
@@ -128,6 +134,7 @@ class Summarize:
             items=list(covered),
             transcript=render_transcript(covered, max_output_chars=self.max_output_chars),
             max_tokens=self.max_tokens,
+            kept=list(kept),
         )
 
     def previous_text(self, previous: Sequence[Item]) -> str | None:
@@ -141,9 +148,9 @@ class Summarize:
         return "\n\n".join(t for t in texts if t) or None
 
     async def compact(
-        self, previous: Sequence[Item], covered: Sequence[Item]
+        self, previous: Sequence[Item], covered: Sequence[Item], *, kept: Sequence[Item] = ()
     ) -> list[dict[str, Any]]:
-        request = self.request(previous, covered)
+        request = self.request(previous, covered, kept=kept)
         text = await _guarded(
             self.summarizer.summarize(request), seconds_of(self.timeout), f"{self.summarizer!r}"
         )
@@ -183,7 +190,7 @@ class ResponsesCompact:
         )
 
     async def compact(
-        self, previous: Sequence[Item], covered: Sequence[Item]
+        self, previous: Sequence[Item], covered: Sequence[Item], *, kept: Sequence[Item] = ()
     ) -> list[dict[str, Any]]:
         client: AsyncOpenAI = self._clients()  # type: ignore[attr-defined]
         options: dict[str, Any] = {"model": self.model, "input": [*previous, *covered]}

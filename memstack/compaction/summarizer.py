@@ -44,6 +44,8 @@ class SummaryRequest:
     items: Sequence[Item]
     transcript: str
     max_tokens: int
+    #: What stays verbatim after the summary (the uncovered tail as the model sees it).
+    kept: Sequence[Item] = ()
 
     @property
     def prompt(self) -> str:

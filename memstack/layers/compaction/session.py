@@ -300,7 +300,8 @@ class CompactionSession(SessionLayer):
             if step is None:
                 logger.debug("nothing to compact: every uncovered unit is kept verbatim")
             return None
-        summary = await self.compactor.compact(step.previous, step.covered)
+        kept = masked[step.stop :]  # what the model will still see verbatim after the summary
+        summary = await self.compactor.compact(step.previous, step.covered, kept=kept)
         if rewrite:  # the adapter below dates the record by the oldest item it replaces
             record = await self._replace(res, step, summary)
         else:

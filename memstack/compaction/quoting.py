@@ -1,0 +1,205 @@
+"""A deterministic, offline summariser that quotes the lines around the names in use.
+
+    >>> import asyncio
+    >>> from memstack.compaction import Summarize
+    >>> from memstack.compaction.quoting import QuotingSummarizer
+    >>> strategy = Summarize(QuotingSummarizer(), max_tokens=200)
+    >>> [summary] = asyncio.run(strategy.compact([], [
+    ...     {"type": "function_call", "call_id": "c1", "name": "bash",
+    ...      "arguments": '{"command": "grep -n parse_date src/util/dates.py"}'},
+    ...     {"type": "function_call_output", "call_id": "c1",
+    ...      "output": "12: import re\\n41: def parse_date(text, fmt=ISO_FORMAT):"},
+    ...     {"role": "assistant", "content": "Its default, ISO_FORMAT, is wrong."},
+    ... ]))
+    >>> print(summary["content"].split("\\n\\n", 1)[1])
+    Lines quoted verbatim ($ a command, | its output, > the agent's words):
+    $ grep -n parse_date src/util/dates.py
+    > Its default, ISO_FORMAT, is wrong.
+
+Each name the agent used is quoted once, in the shortest line that holds it with others
+(above, the agent's own sentence holds ISO_FORMAT; the output line adds nothing more).
+A list of names tells an agent that a token exists, not what was said around it; this
+summariser keeps whole lines instead. The names that matter are the ones the agent
+itself used (the salient tokens of its messages and tool-call arguments,
+``memstack.compaction.excerpts.used_names``), weighted by how recently it last used them.
+Every line of the covered items (and of the previous summary) that holds such a name is
+a candidate; lines are picked greedily by the weight of the names they bring that no
+picked line holds yet, per character, until ``max_tokens``. The picked lines are written
+in their original order, verbatim (clipped to ``line_chars`` around a name), each with a
+short mark of where it came from: ``USER:``, ``> `` the agent's words, ``$ `` a call,
+``  | `` its output.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from memstack.compaction.excerpts import agent_text, used_names
+from memstack.compaction.render import message_text
+from memstack.compaction.salient import salient_tokens
+from memstack.compaction.summarizer import SummaryRequest
+from memstack.errors import ConfigurationError
+from memstack.history import is_output, item_type, pair_key
+from memstack.tokens import ItemCounter, TokenCounter
+
+__all__ = ["LEAD", "QuotingSummarizer"]
+
+Item = Mapping[str, Any]
+
+#: The summary's first line: what follows, and how lines are marked.
+LEAD = "Lines quoted verbatim ($ a command, | its output, > the agent's words):"
+# Characters per token, to rank lines without tokenising each candidate.
+_CHARS_PER_TOKEN = 3.5
+# A quoted line shorter than this brings its neighbours along.
+_SHORT = 72
+
+
+def _clip(line: str, names: Sequence[str], width: int) -> str:
+    line = " ".join(line.split())
+    if len(line) <= width:
+        return line
+    at = min((i for n in names if (i := line.find(n)) >= 0), default=0)
+    start = max(0, at - width // 3)
+    return line[start : start + width]
+
+
+class QuotingSummarizer:
+    """Summarises without a model: the lines that hold the names the agent used, verbatim."""
+
+    def __init__(self, *, counter: ItemCounter | None = None, line_chars: int = 160) -> None:
+        if isinstance(line_chars, bool) or not isinstance(line_chars, int) or line_chars < 40:
+            raise ConfigurationError(
+                f"line_chars must be an int >= 40, got {line_chars!r}", layer="QuotingSummarizer"
+            )
+        self.counter: ItemCounter = counter if counter is not None else TokenCounter()
+        self.line_chars = line_chars
+
+    async def summarize(self, request: SummaryRequest) -> str:
+        candidates = self._candidates(request)
+        previous = sum(1 for line in (request.previous or "").splitlines() if line.strip())
+        weights = self._weights(request.items)
+        for item in request.kept:  # shown verbatim after the summary: no need to quote
+            for name in salient_tokens(_any_text(item)):
+                weights.pop(name, None)
+        budget = request.max_tokens - self.counter.count_item({"content": LEAD})
+        chosen = self._pick(candidates, previous, weights, budget)
+        # The lead line also keeps a quoted "Traceback …" from reading as a failure report.
+        return "\n".join([LEAD, *(candidates[i][1] for i in sorted(chosen))])
+
+    def _candidates(self, request: SummaryRequest) -> list[tuple[list[str], str]]:
+        """``(names held, line as written)`` for every line that could be quoted, in order."""
+        out: list[tuple[list[str], str]] = []
+        for line in (request.previous or "").splitlines():
+            if line.strip():
+                out.append((salient_tokens(line), line))
+        for item in request.items:
+            mark, text = _marked(item)
+            lines = [line for line in text.splitlines() if line.strip()]
+            for number, line in enumerate(lines):
+                names = salient_tokens(line)
+                if names:
+                    quoted = _clip(line, names, self.line_chars)
+                    out.append((names, mark + _with_neighbours(quoted, lines, number)))
+        return out
+
+    def _weights(self, items: Sequence[Item]) -> dict[str, float]:
+        """Each name's worth: 1 for the previous summary's, up to 2 for the newest used."""
+        weights: dict[str, float] = {}
+        total = len(items) + 1
+        for index, item in enumerate(items, start=1):
+            for name in used_names([item]):
+                weights[name] = max(weights.get(name, 0.0), 1.0 + index / total)
+        return weights
+
+    def _pick(
+        self,
+        candidates: list[tuple[list[str], str]],
+        previous: int,
+        weights: dict[str, float],
+        max_tokens: int,
+    ) -> set[int]:
+        """Greedy cover: lines by the weight of their new names per character (lazy heap).
+
+        The first ``previous`` candidates are the previous summary's lines; their names
+        count at least 1 (the agent used them before, or they would not be there).
+        """
+
+        def gain(index: int, covered: set[str]) -> float:
+            names, line = candidates[index]
+            floor = 1.0 if index < previous else 0.0
+            worth = sum(max(weights.get(n, 0.0), floor) for n in set(names) - covered)
+            return worth / (len(line) + 1)
+
+        covered: set[str] = set()
+        heap = [(-gain(i, covered), i) for i in range(len(candidates))]
+        heapq.heapify(heap)
+        chosen: set[int] = set()
+        budget = max_tokens * _CHARS_PER_TOKEN
+        used = 0.0
+        while heap:
+            negative, index = heapq.heappop(heap)
+            fresh = gain(index, covered)
+            if fresh <= 0:
+                continue
+            if fresh < -negative - 1e-12:  # stale: push back with its current gain
+                heapq.heappush(heap, (-fresh, index))
+                continue
+            cost = len(candidates[index][1]) + 1
+            if used + cost > budget:
+                continue
+            chosen.add(index)
+            used += cost
+            covered.update(candidates[index][0])
+        while chosen and self._tokens(candidates, chosen) > max_tokens:
+            chosen.discard(min(chosen))  # the estimate was short: drop the oldest lines
+        return chosen
+
+    def _tokens(self, candidates: list[tuple[list[str], str]], chosen: set[int]) -> int:
+        text = "\n".join(candidates[i][1] for i in sorted(chosen))
+        return self.counter.count_item({"content": text})
+
+    def __repr__(self) -> str:
+        return f"QuotingSummarizer(line_chars={self.line_chars})"
+
+
+def _with_neighbours(quoted: str, lines: Sequence[str], number: int) -> str:
+    """A short line with the lines after it (or before, at the end) up to ``_SHORT`` chars.
+
+    A name on a line of its own ("src/a.py" in a listing) means little without the
+    lines around it; they are quoted with it, verbatim, on their own lines.
+    """
+    after = number + 1
+    while len(quoted) < _SHORT and after < len(lines):
+        quoted = f"{quoted}\n{_clip(lines[after], [], _SHORT)}"
+        after += 1
+    before = number - 1
+    while len(quoted) < _SHORT and before >= 0:
+        quoted = f"{_clip(lines[before], [], _SHORT)}\n{quoted}"
+        before -= 1
+    return quoted
+
+
+def _any_text(item: Item) -> str:
+    return (
+        agent_text(item) if pair_key(item) is not None and not is_output(item) else _item_text(item)
+    )
+
+
+def _item_text(item: Item) -> str:
+    if "content" in item:
+        return message_text(item.get("content"))
+    value = item.get("output", "")
+    return value if isinstance(value, str) else message_text(value)
+
+
+def _marked(item: Item) -> tuple[str, str]:
+    """How a line of ``item`` is marked in the summary, and the item's text."""
+    if item_type(item) == "message":
+        role = item.get("role")
+        mark = "> " if role == "assistant" else f"{str(role or 'message').upper()}: "
+        return mark, message_text(item.get("content"))
+    if pair_key(item) is not None and not is_output(item):
+        return "$ ", agent_text(item)
+    return "  | ", _item_text(item)
