@@ -8,7 +8,8 @@ session = build_stack(
 )
 # or: session = from_recipe("recipes/dev-sqlite.toml", session_id="user-42")
 # await Runner.run(agent, "Hello", session=session)
-# at shutdown: await memstack.dispose()  (the process's pools and clients, memstack.resources)
+# in a server: await memstack.warm_up(recipe) at startup (what a first read loads),
+# await memstack.dispose() at shutdown (the process's pools and clients, memstack.resources)
 """
 
 from memstack.backends import (
@@ -49,6 +50,7 @@ from memstack.recipes import from_recipe, load_recipe
 from memstack.resources import dispose
 from memstack.stack import LAYERS, LayerSpec, build_stack
 from memstack.tokens import TokenCounter
+from memstack.warmup import warm_up
 
 __version__ = "0.1.0"
 
@@ -92,4 +94,5 @@ __all__ = [
     "iter_chain",
     "load_recipe",
     "open_backend",
+    "warm_up",
 ]

@@ -351,3 +351,64 @@ def test_vocabularies_load_once_per_process() -> None:
 
     first, second = TokenCounter("gpt-4.1"), TokenCounter("gpt-4.1")
     assert first.encoding is second.encoding is load_encoding("o200k_base")
+
+
+WARM_UP_CHILD = """
+import asyncio, json, os, sys
+import memstack
+from memstack.vocab import _shipped
+os.chdir(sys.argv[1])
+os.environ["ASSISTANT_KEY"] = memstack.crypto.generate_key()
+before = _shipped.cache_info().currsize
+asyncio.run(memstack.warm_up(sys.argv[2]))
+loaded = _shipped.cache_info()
+modules = set(sys.modules)
+
+async def first_read():
+    session = memstack.from_recipe(sys.argv[2], session_id="ana:t1")
+    await session.add_items([{"role": "user", "content": "hello"}])
+    await session.get_items()
+    await memstack.dispose()
+
+asyncio.run(first_read())
+print(json.dumps({
+    "before": before, "after": loaded.currsize, "misses": loaded.misses,
+    "misses_after_read": _shipped.cache_info().misses,
+    "new_memstack_modules": sorted(m for m in set(sys.modules) - modules if "memstack" in m),
+}))
+"""
+
+
+def test_warm_up_loads_what_a_first_read_needs_and_writes_nothing(tmp_path: Path) -> None:
+    """A server calls ``warm_up(recipe)`` at startup, so its first request reads like the rest.
+
+    In a new process: the vocabulary is loaded by the warm-up, not by the first read, and
+    the recipe's stores (the session file and the memory database) are not touched by it.
+    """
+    import json
+    import subprocess
+    import sys
+
+    recipe = Path(__file__).resolve().parents[1] / "recipes" / "personal-assistant.toml"
+    probe = subprocess.run(
+        [sys.executable, "-c", WARM_UP_CHILD, str(tmp_path), str(recipe)],
+        capture_output=True, text=True, timeout=600, check=False,
+    )  # fmt: skip
+    assert probe.returncode == 0, probe.stderr[-2000:]
+    found = json.loads(probe.stdout.strip().splitlines()[-1])
+    assert (found["before"], found["after"]) == (0, 1)  # loaded by the warm-up
+    assert found["misses_after_read"] == found["misses"]  # not loaded again by the read
+    left = ("memstack.memory", "memstack.governance")  # the memory layer's own, and its scope
+    assert found["new_memstack_modules"]  # the probe sees imports (the memory layer's)
+    assert [m for m in found["new_memstack_modules"] if not m.startswith(left)] == []
+
+
+async def test_warm_up_writes_nothing_to_the_recipes_stores(tmp_path: Path) -> None:
+    db = tmp_path / "chat.db"
+    recipe = {
+        "backend": {"url": f"sqlite:///{db}"},
+        "layers": [{"layer": "ttl", "ttl": "30d"}, {"layer": "window", "max_tokens": 500}],
+    }
+    await memstack.warm_up(recipe)
+    assert not db.exists()
+    await memstack.warm_up()  # no recipe: the vocabulary only

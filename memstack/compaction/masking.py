@@ -48,7 +48,7 @@ from types import MappingProxyType
 from typing import Any
 
 import memstack.cache as cache
-from memstack.compaction import excerpts
+import memstack.compaction.excerpts as excerpts
 from memstack.compaction.salient import occurs, salient_tokens
 from memstack.content_keys import key_of, keyed_by
 from memstack.errors import ConfigurationError

@@ -19,6 +19,7 @@ from typing import Any, Protocol
 
 from agents.memory import Session
 
+import memstack
 from memstack.errors import RecipeError
 from memstack.recipes import from_recipe, load_recipe
 
@@ -83,8 +84,10 @@ class RecipeSessions:
         return str(memory.id)
 
     async def start(self) -> None:
-        # Every secret read and every option checked before the first request arrives.
+        # Every secret read and every option checked before the first request arrives,
+        # and what a first read loads (vocabularies, ciphers) loaded now, not by a request.
         self.recipe.validate(resolve=True)
+        await memstack.warm_up(self.recipe)
 
     async def aclose(self) -> None:
         if self._memory is not None:
