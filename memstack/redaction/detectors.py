@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
@@ -80,6 +80,52 @@ class Detector:
             value = match.group(group)
             if start < end and (self.check is None or self.check(value)):
                 yield Finding(self.name, start, end, value, self.kind)
+
+
+@dataclass(frozen=True)
+class GroupedNumberDetector(Detector):
+    """A number written in groups whose valid part may sit inside a longer run of groups.
+
+    "4111 1111 1111 1111 10/27" (a card, then its expiry) is one run of 18 digits, which
+    fails the check; the card is the run's first four groups. When a whole run fails, its
+    spans of whole groups (``min_digits`` to ``max_digits`` digits, groups of at least
+    ``min_group``) are tried, longest first.
+    """
+
+    min_digits: int = 13
+    max_digits: int = 19
+    min_group: int = 3
+
+    def find(self, text: str) -> Iterable[Finding]:
+        for match in self.pattern.finditer(text):
+            start, end = match.span()
+            if self.check is None or self.check(match.group()):
+                yield Finding(self.name, start, end, match.group(), self.kind)
+                continue
+            yield from self._inner(text, start, end)
+
+    def _inner(self, text: str, start: int, end: int) -> Iterator[Finding]:
+        run = text[start:end]
+        groups = [g.span() for g in re.finditer(r"\d+", run)]
+        spans = []
+        for first in range(len(groups)):
+            digits = 0
+            for last in range(first, len(groups)):
+                low, high = groups[last]
+                if high - low < self.min_group:  # "1 2 3 4 …" is no card number
+                    break
+                digits += high - low
+                if digits > self.max_digits:
+                    break
+                whole = first == 0 and last == len(groups) - 1
+                if digits >= self.min_digits and not whole:
+                    spans.append((groups[first][0], high))
+        spans.sort(key=lambda span: (span[0] - span[1], span[0]))  # longest, then earliest
+        taken = 0
+        for a, b in spans:
+            if a >= taken and self.check is not None and self.check(run[a:b]):
+                yield Finding(self.name, start + a, start + b, run[a:b], self.kind)
+                taken = b
 
 
 def luhn_ok(text: str) -> bool:
@@ -176,7 +222,9 @@ DETECTORS: tuple[Detector, ...] = (
         "email",
         re.compile(r"\b[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}\b"),
     ),
-    Detector("card", re.compile(r"(?<![\d-])(?:\d[ -]?){12,18}\d(?![\d-])"), check=card_ok),
+    GroupedNumberDetector(
+        "card", re.compile(r"(?<![\d-])(?:\d[ -]?){12,}\d(?![\d-])"), check=card_ok
+    ),
     Detector(
         "iban",
         re.compile(r"\b[A-Z]{2}\d{2}(?: ?[A-Z0-9]{4}){2,7}(?: ?[A-Z0-9]{1,3})?\b"),

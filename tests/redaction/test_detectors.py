@@ -29,10 +29,25 @@ def test_every_planted_value_is_found_whole(i: int) -> None:
         "tracking 12345678, 5551234",  # bare numbers are not phones
         "sk-short and AKIA123",  # too short to be keys
         "user@localhost",  # no domain
+        "1 2 3 4 5 6 7 8 9 " * 5,  # single digits in a row hold no card
+        "123 456 789 012 345 678 901 234",  # no span of whole groups passes Luhn with 2-6
     ],
 )
 def test_look_alikes_are_left_alone(text: str) -> None:
     assert find_all(text) == []
+
+
+@pytest.mark.parametrize(
+    ("text", "card"),
+    [
+        ("4111 1111 1111 1111 10/27", "4111 1111 1111 1111"),  # the card, then its expiry
+        ("4111111111111111 12", "4111111111111111"),
+        ("ref 12 4111 1111 1111 1111", "4111 1111 1111 1111"),  # a number before it
+        ("3782 822463 10005 1226", "3782 822463 10005"),  # an Amex and its expiry
+    ],
+)
+def test_a_card_inside_a_longer_run_of_digit_groups_is_found(text: str, card: str) -> None:
+    assert [(f.detector, f.value) for f in find_all(text)] == [("card", card)]
 
 
 def test_checksums() -> None:
