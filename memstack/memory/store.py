@@ -47,7 +47,7 @@ from memstack.memory.parts import LAYER, StoreParts
 from memstack.memory.ranking import BM25, HEADER, CachedCount, pack
 from memstack.memory.schema import SCHEMA_VERSION, Tables, tables
 from memstack.memory.semantic import SemanticIndex
-from memstack.memory.vectors import Embedder, embedder_named
+from memstack.memory.vectors import DEFAULT_EMBEDDER, Embedder, embedder_named
 
 __all__ = ["MemoryStore", "Recall"]
 
@@ -89,7 +89,7 @@ class MemoryStore:
         clock: Callable[[], float] = time.time,
         count_tokens: Callable[[str], int] | None = None,
         bm25: BM25 | None = None,
-        embedder: Embedder | str | None = None,
+        embedder: Embedder | str | None = DEFAULT_EMBEDDER,
     ) -> None:
         if not isinstance(engine, AsyncEngine):
             raise ConfigurationError(
@@ -104,7 +104,8 @@ class MemoryStore:
         self.clock = clock
         self.bm25 = bm25 or BM25()
         self.index = FullTextIndex(self.tables, self.cipher, self.bm25)
-        # Optional semantic recall, fused with full-text (memstack.memory.semantic).
+        # Semantic recall fused with full-text (memstack.memory.semantic): the shipped
+        # ONNX MiniLM unless another embedder, or None for full-text only, is given.
         named = embedder_named(embedder)
         self.semantic = SemanticIndex(named, self.tables, self.cipher) if named else None
         self._count_tokens = CachedCount(count_tokens)

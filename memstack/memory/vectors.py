@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     import numpy as np
 
 __all__ = [
+    "DEFAULT_EMBEDDER",
     "Embedder",
     "HashingEmbedder",
     "MiniLMEmbedder",
@@ -122,16 +123,28 @@ class MiniLMEmbedder:
         return [[float(x) for x in row] for row in vectors]
 
 
-# Recipes name an embedder: ``embedder = "minilm"`` in the ``[memory]`` table.
-_NAMED: dict[str, Callable[[], Embedder]] = {
+def _onnx_minilm() -> Embedder:
+    from memstack.memory.minilm import OnnxMiniLMEmbedder  # numpy and onnxruntime load later
+
+    return OnnxMiniLMEmbedder()
+
+
+#: What a store given no ``embedder`` uses: the int8 ONNX MiniLM installed with memstack.
+DEFAULT_EMBEDDER = "default"
+# Recipes name an embedder: ``embedder = "minilm"`` in the ``[memory]`` table; "none" turns
+# semantic recall off.
+_NAMED: dict[str, Callable[[], Embedder | None]] = {
+    DEFAULT_EMBEDDER: _onnx_minilm,
+    "minilm-int8": _onnx_minilm,
     "minilm": MiniLMEmbedder,
     "all-minilm-l6-v2": MiniLMEmbedder,
     "hashing": HashingEmbedder,
+    "none": lambda: None,
 }
 
 
 def embedder_named(embedder: Embedder | str | None) -> Embedder | None:
-    """An ``Embedder`` from itself, a recipe's name for one, or None."""
+    """An ``Embedder`` from itself or a recipe's name for one; None for full-text only."""
     if embedder is None or isinstance(embedder, Embedder):
         return embedder
     if isinstance(embedder, str) and embedder.lower() in _NAMED:
