@@ -44,7 +44,9 @@ class OnnxMiniLMEmbedder:
     ) -> None:
         for field, value in (("threads", threads), ("batch_size", batch_size)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ConfigurationError(f"{field} must be an int >= 1, not {value!r}", layer=_LAYER)
+                raise ConfigurationError(
+                    f"{field} must be an int >= 1, not {value!r}", layer=_LAYER
+                )
         self.model_path = Path(model_path) if model_path is not None else None
         # One thread by default: a query is a few word pieces, and recall shares the CPU.
         self.threads = threads

