@@ -2,8 +2,9 @@
 
     >>> from memstack.memory.minilm import OnnxMiniLMEmbedder
     >>> embedder = OnnxMiniLMEmbedder()
-    >>> [round(x, 2) for x in embedder.embed(["Prefers answers in French"])[0][:2]]
-    [-0.05, 0.01]
+    >>> [vector] = embedder.embed(["Prefers answers in French"])
+    >>> len(vector), round(sum(x * x for x in vector), 3)
+    (384, 1.0)
 
 Semantic recall is on by default (a store given no ``embedder``), so the model has to
 install from the registry with its weights inside and load in well under a second:

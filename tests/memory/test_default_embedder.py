@@ -77,3 +77,14 @@ def test_vectors_are_unit_length_and_match_meaning() -> None:
 def test_options_are_checked(field: str, value: object) -> None:
     with pytest.raises(ConfigurationError, match=field):
         OnnxMiniLMEmbedder(**{field: value})  # type: ignore[arg-type]
+
+
+async def test_a_far_memory_is_not_injected_just_because_it_is_nearest() -> None:
+    store = MemoryStore.from_url("sqlite://:memory:")
+    await store.remember("ana", "Ana's passport number ends in 4471")
+    await store.remember("ana", "Prefers window seats on flights")
+    assert not await store.recall("ana", "hello there")
+    assert [m.text for m in await store.recall("ana", "flight seat")] == [
+        "Prefers window seats on flights"
+    ]
+    await store.close()
