@@ -99,6 +99,17 @@ async def search(
         if semantic is not None and query_vector is not None:
             near = await semantic.nearest(conn, scope, query_vector, 2 * limit)
             near = [(i, cosine) for i, cosine in near if cosine >= policy.min_similarity]
+            if policy.feedback and near:
+                first = fuse_scores(
+                    {row.id: float(row.total) for row in by_words},
+                    near,
+                    weight=policy.semantic_weight,
+                )
+                best = sorted(first, key=lambda i: -first[i])[: policy.feedback]
+                moved = semantic.second_hop(scope, query_vector, best, policy.feedback_weight)
+                if moved is not None:
+                    near = await semantic.nearest(conn, scope, moved, 2 * limit)
+                    near = [(i, c) for i, c in near if c >= policy.min_similarity]
             near_ids = [memory_id for memory_id, _ in near]
             by_meaning = await _live_rows(conn, parts.tables, scope, near_ids, by_words, now)
     rows = [*by_words, *by_meaning]

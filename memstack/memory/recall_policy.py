@@ -1,8 +1,9 @@
 """``RecallPolicy``: the knobs of recall ranking, as one frozen value a store is given.
 
     >>> from memstack.memory.recall_policy import RecallPolicy
-    >>> RecallPolicy()
-    RecallPolicy(semantic_weight=0.5, min_similarity=0.2, candidates_per_token=0.05)
+    >>> policy = RecallPolicy(feedback=3)
+    >>> policy.semantic_weight, policy.min_similarity, policy.candidates(1000)
+    (0.5, 0.2, 50)
     >>> RecallPolicy(semantic_weight=1.5)  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
@@ -45,11 +46,22 @@ class RecallPolicy:
     min_similarity: float = 0.2
     #: Candidates read per token of budget (at least 20, at most 200).
     candidates_per_token: float = 0.05
+    #: Multi-hop: the best this many first-pass hits pull the query vector toward them
+    #: for a second vector search (0: one search).
+    feedback: int = 0
+    #: How far the second search's query moves toward those hits.
+    feedback_weight: float = 0.5
 
     def __post_init__(self) -> None:
         _number("semantic_weight", self.semantic_weight, 0.0, 1.0)
         _number("min_similarity", self.min_similarity, -1.0, 1.0)
         _number("candidates_per_token", self.candidates_per_token, 0.001, 1.0)
+        _number("feedback", self.feedback, 0, 50)
+        _number("feedback_weight", self.feedback_weight, 0.0, 10.0)
+        if not isinstance(self.feedback, int):
+            raise ConfigurationError(
+                f"feedback must be an int, not {self.feedback!r}", layer=_LAYER
+            )
 
     def candidates(self, max_tokens: int) -> int:
         """Enough candidates to fill the budget with short memories, and no more to decode."""

@@ -172,6 +172,7 @@ class VectorIndex:
     def __init__(self) -> None:
         self.seq = 0  # the highest stored sequence number read so far
         self._ids: list[str] = []
+        self._rows: dict[str, int] = {}
         self._matrix: Any = None  # rows [0, len) are filled; capacity doubles as it grows
 
     def __len__(self) -> int:
@@ -197,7 +198,15 @@ class VectorIndex:
                 self._matrix = grown
             self._matrix[n] = array / norm if norm else array
             self._ids.append(memory_id)
+            self._rows[memory_id] = n
             self.seq = max(self.seq, seq)
+
+    def centroid(self, ids: Sequence[str]) -> Any:
+        """The mean unit vector of ``ids`` (those in the index), or None."""
+        rows = [self._rows[i] for i in ids if i in self._rows]
+        if not rows:
+            return None
+        return self._matrix[rows].mean(axis=0)
 
     def nearest(self, query: Sequence[float], k: int) -> list[tuple[str, float]]:
         """The ``k`` most similar memory ids, best first, with their cosine similarity."""
