@@ -541,8 +541,8 @@ async def run_memory_bench(
             swept = await _sweep(
                 conversations, configs, tokens, count, Path(scratch), model_embedder
             )
-            rows, details[what] = _family(conversations, configs, swept, what, tokens)
-            scores.extend(rows)
+            family, details[what] = _family(conversations, configs, swept, what, tokens)
+            scores.extend(family)
     rows = [score.summary() for score in scores]
     summary = {
         "benchmark": "memory",

@@ -105,8 +105,8 @@ async def search(
                     near,
                     weight=policy.semantic_weight,
                 )
-                best = sorted(first, key=lambda i: -first[i])[: policy.feedback]
-                moved = semantic.second_hop(scope, query_vector, best, policy.feedback_weight)
+                leaders = sorted(first, key=lambda i: -first[i])[: policy.feedback]
+                moved = semantic.second_hop(scope, query_vector, leaders, policy.feedback_weight)
                 if moved is not None:
                     near = await semantic.nearest(conn, scope, moved, 2 * limit)
                     near = [(i, c) for i, c in near if c >= policy.min_similarity]
