@@ -217,7 +217,10 @@ class VectorIndex:
         norm = float(np.linalg.norm(vector))
         if norm == 0.0 or vector.shape[0] != self._matrix.shape[1]:
             return []
-        scores = self._matrix[: len(self._ids)] @ (vector / norm)
+        # einsum, not ``@``: a matrix-vector product through BLAS wakes its thread pool, and
+        # on shared cores those threads spin (6,000 vectors: 60 ms against 0.3 ms here at
+        # load ~14 on 2 cores; 100,000: 75 against 26 ms). One thread is memory-bound anyway.
+        scores = np.einsum("ij,j->i", self._matrix[: len(self._ids)], vector / norm)
         k = min(k, len(self._ids))
         top = np.argpartition(-scores, k - 1)[:k]
         top = top[np.argsort(-scores[top], kind="stable")]
