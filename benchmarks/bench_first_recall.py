@@ -7,7 +7,8 @@ Each run is a new Python process that opens a SQLite file holding 1,000 memories
 once, before the runs, with their vectors) and times, with ``time.perf_counter``: importing
 ``memstack.memory``, opening the store, and the first ``recall`` — which loads the ONNX
 model (sha256 check included), the tokenizer and the scope's vectors, and embeds the
-question. Target: first recall <= 1 s.
+question. Target: first recall <= 1 s. The CPU time the process spent in that recall is
+printed too: on a shared machine the wall time mostly measures the queue for a core.
 """
 
 from __future__ import annotations
@@ -35,12 +36,12 @@ imported = time.perf_counter()
 
 async def main():
     store = MemoryStore.from_url(sys.argv[1])
-    opened = time.perf_counter()
+    opened, cpu = time.perf_counter(), time.process_time()
     found = await store.recall("u", "What did Caroline research?", max_tokens=1000)
-    done = time.perf_counter()
+    done, cpu_done = time.perf_counter(), time.process_time()
     await store.close()
     print(json.dumps({"import": imported - start, "first_recall": done - opened,
-                      "found": len(found)}))
+                      "cpu": cpu_done - cpu, "found": len(found)}))
 
 asyncio.run(main())
 """
@@ -70,10 +71,12 @@ def main() -> int:
             )
             runs.append(json.loads(done.stdout))
     firsts = sorted(run["first_recall"] for run in runs)
+    cpus = sorted(run["cpu"] for run in runs)
     imports = sorted(run["import"] for run in runs)
     print(
         f"{args.runs} fresh processes: first recall median {statistics.median(firsts):.2f} s, "
-        f"max {firsts[-1]:.2f} s; import memstack.memory median {statistics.median(imports):.2f} s"
+        f"max {firsts[-1]:.2f} s (CPU time median {statistics.median(cpus):.2f} s); "
+        f"import memstack.memory median {statistics.median(imports):.2f} s"
     )
     ok = statistics.median(firsts) <= TARGET_S
     print("ok" if ok else "ABOVE TARGET", f"(target {TARGET_S:.0f} s)")
