@@ -41,7 +41,7 @@ class OnnxMiniLMEmbedder:
     dim = 384
 
     def __init__(
-        self, *, model_path: str | Path | None = None, threads: int = 1, batch_size: int = 64
+        self, *, model_path: str | Path | None = None, threads: int = 1, batch_size: int = 8
     ) -> None:
         for field, value in (("threads", threads), ("batch_size", batch_size)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -62,9 +62,13 @@ class OnnxMiniLMEmbedder:
         session, tokenizer = self._load()
         import numpy as np
 
-        out: list[list[float]] = []
-        for first in range(0, len(texts), self.batch_size):
-            batch = tokenizer.encode_batch(list(texts[first : first + self.batch_size]))
+        # Small batches of similar length: a batch is padded to its longest text (640 LoCoMo
+        # turns: 21 s of CPU in batches of 64 as given, 10.8 s sorted, 7.9 s sorted by 8).
+        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+        out: list[list[float]] = [[] for _ in texts]
+        for first in range(0, len(order), self.batch_size):
+            chosen = order[first : first + self.batch_size]
+            batch = tokenizer.encode_batch([texts[i] for i in chosen])
             ids = np.array([e.ids for e in batch], dtype=np.int64)
             mask = np.array([e.attention_mask for e in batch], dtype=np.int64)
             feed = {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
@@ -72,7 +76,8 @@ class OnnxMiniLMEmbedder:
             weights = mask[:, :, None].astype(np.float32)
             pooled = (hidden * weights).sum(axis=1) / np.maximum(weights.sum(axis=1), 1e-9)
             pooled /= np.maximum(np.linalg.norm(pooled, axis=1, keepdims=True), 1e-12)
-            out.extend(row.tolist() for row in pooled)
+            for i, row in zip(chosen, pooled, strict=True):
+                out[i] = row.tolist()
         return out
 
     def _load(self) -> tuple[Any, Any]:
