@@ -134,28 +134,7 @@ async def search(
         if wanted is None or memory.kind in wanted
     ]
     scored.sort(key=lambda pair: (-pair[1], -pair[0].created_at, pair[0].id))
-    if policy.same_day_decay < 1.0:
-        scored = spread_days(scored, policy.same_day_decay)
     return scored[:limit]
-
-
-def spread_days(scored: Sequence[tuple[Memory, float]], decay: float) -> list[tuple[Memory, float]]:
-    """Each further memory valid from the same day weighs ``decay`` times the one before.
-
-    A question answered across many days ("what activities does she do?") otherwise
-    fills the budget with one day's neighbouring lines.
-    """
-    seen: dict[int, int] = {}
-    spread = []
-    for memory, score in scored:
-        if memory.valid_from is None:
-            spread.append((memory, score))
-            continue
-        day = int(memory.valid_from // 86_400)
-        spread.append((memory, score * decay ** seen.get(day, 0)))
-        seen[day] = seen.get(day, 0) + 1
-    spread.sort(key=lambda pair: (-pair[1], -pair[0].created_at, pair[0].id))
-    return spread
 
 
 async def _live_rows(

@@ -51,8 +51,6 @@ class RecallPolicy:
     feedback: int = 0
     #: How far the second search's query moves toward those hits.
     feedback_weight: float = 0.5
-    #: Each further candidate valid from the same day weighs this much less (1: off).
-    same_day_decay: float = 1.0
 
     def __post_init__(self) -> None:
         _number("semantic_weight", self.semantic_weight, 0.0, 1.0)
@@ -60,7 +58,6 @@ class RecallPolicy:
         _number("candidates_per_token", self.candidates_per_token, 0.001, 1.0)
         _number("feedback", self.feedback, 0, 50)
         _number("feedback_weight", self.feedback_weight, 0.0, 10.0)
-        _number("same_day_decay", self.same_day_decay, 0.0, 1.0)
         if not isinstance(self.feedback, int):
             raise ConfigurationError(
                 f"feedback must be an int, not {self.feedback!r}", layer=_LAYER
