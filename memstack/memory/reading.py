@@ -151,8 +151,10 @@ async def _live_rows(
     if not missing:
         return []
     m = tables.memories
-    query = select(m).where(m.c.scope == scope, m.c.id.in_(missing), live(m, now))
-    return list((await conn.execute(query)).all())
+    # By primary key only: with ``scope = ?`` in the statement SQLite walks the scope's
+    # (scope, key) index instead, every row of the scope (45 ms a recall at 100,000).
+    query = select(m).where(m.c.id.in_(missing), live(m, now))
+    return [row for row in (await conn.execute(query)).all() if row.scope == scope]
 
 
 async def profile(parts: StoreParts, scope: str, *, exclude: set[str]) -> list[Memory]:
