@@ -361,7 +361,11 @@ async def cmd_bench(args: argparse.Namespace) -> int:
 
         files = [Path(f) for f in args.files]
         await run_memory_bench(
-            files, tokens=args.tokens, out=Path(args.out), semantic=not args.no_embedder
+            files,
+            tokens=args.tokens,
+            out=Path(args.out),
+            semantic=not args.no_embedder,
+            embedder=args.embedder,
         )
         return EXIT_OK
     if args.bench != "tokens":
@@ -533,6 +537,12 @@ def _parser() -> argparse.ArgumentParser:
         "--no-embedder",
         action="store_true",
         help="skip the hybrid strategy (full-text fused with the offline MiniLM embedder)",
+    )
+    memory.add_argument(
+        "--embedder",
+        default="default",
+        help="embedder of the hybrid strategy: default (int8 ONNX MiniLM), minilm "
+        "(sentence-transformers, needs the embed extra), hashing",
     )
     memory.add_argument("--out", default="bench-memory", help="directory for JSON/table/PNG")
     from memstack.memory.cli import add_memory_commands

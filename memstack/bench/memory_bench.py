@@ -21,20 +21,28 @@ import statistics
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from memstack.bench.transcripts import DATA_DIR
-from memstack.errors import ConfigurationError
 from memstack.memory.models import Provenance
+from memstack.memory.recall_policy import RecallPolicy
 from memstack.memory.store import MemoryStore
-from memstack.memory.vectors import Embedder, MiniLMEmbedder
+from memstack.memory.vectors import DEFAULT_EMBEDDER, Embedder, embedder_named
 from memstack.tokens import TokenCounter
 
-__all__ = ["Question", "StrategyScore", "Turn", "load_locomo", "run_memory_bench"]
+__all__ = [
+    "Config",
+    "Question",
+    "StrategyScore",
+    "Turn",
+    "leave_one_out",
+    "load_locomo",
+    "run_memory_bench",
+]
 
 _CATEGORIES = (1, 2, 3, 4)
 
@@ -212,48 +220,178 @@ def _pack_turns(ranked: Sequence[Turn], budget: int, count: Callable[[str], int]
     return chosen
 
 
-def _neighbours(turns: Sequence[Turn], index: int) -> str:
-    """Two turns either side: a reply is found by the words of what it answers."""
-    return " ".join(t.text for t in turns[max(0, index - 2) : index + 3] if t is not turns[index])
-
-
 # -- the run -----------------------------------------------------------------------------
-async def _memstack(
+@dataclass(frozen=True, slots=True)
+class Config:
+    """One way to ingest and recall: what the leave-one-out selection chooses between."""
+
+    context: int  # neighbour turns either side stored as searchable, unshown context
+    policy: RecallPolicy
+    semantic: bool
+
+    @property
+    def label(self) -> str:
+        p = self.policy
+        how = (
+            f"w={p.semantic_weight:g} floor={p.min_similarity:g} hops={p.feedback}"
+            if self.semantic
+            else "words"
+        )
+        return f"context ±{self.context}, {how}"
+
+
+def _grid(semantic: bool) -> list[Config]:
+    """The configurations swept; the library's defaults come first (they win ties)."""
+    default = RecallPolicy()
+    if not semantic:
+        return [Config(c, default, False) for c in (2, 1, 3)]
+    # Weight 0.7 and context ±1 lost on every conversation in the first sweep
+    # (benchmarks/README.md, "bench memory"); they are left out to keep the run short.
+    policies = [default] + [
+        RecallPolicy(semantic_weight=w, min_similarity=f, feedback=h)
+        for w in (0.5, 0.3)
+        for f in (0.2, 0.0)
+        for h in (0, 3)
+        if (w, f, h) != (default.semantic_weight, default.min_similarity, default.feedback)
+    ]
+    return [Config(c, p, True) for c in (2, 3) for p in policies]
+
+
+class CachedEmbedder:
+    """Embeds each distinct text once across the configurations of one run."""
+
+    def __init__(self, inner: Embedder) -> None:
+        self.inner = inner
+        self.name = inner.name
+        self.dim = inner.dim
+        self._cache: dict[str, list[float]] = {}
+
+    def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        missing = list(dict.fromkeys(t for t in texts if t not in self._cache))
+        if missing:
+            self._cache.update(zip(missing, self.inner.embed(missing), strict=True))
+        return [self._cache[t] for t in texts]
+
+
+def _neighbours(turns: Sequence[Turn], index: int, width: int) -> str:
+    """Turns either side: a reply is found by the words of what it answers."""
+    near = turns[max(0, index - width) : index + width + 1]
+    return " ".join(t.text for t in near if t is not turns[index])
+
+
+async def _ingest(store: MemoryStore, conversations: Sequence[Conversation], context: int) -> None:
+    for conversation in conversations:
+        await store.remember_many(
+            [
+                store.new_memory(
+                    conversation.id,
+                    turn.line,
+                    kind="note",
+                    source="observed",
+                    valid_from=turn.when,
+                    provenance=Provenance(session_id=conversation.id, item=turn.dia_id),
+                    context=_neighbours(conversation.turns, index, context) or None,
+                )
+                for index, turn in enumerate(conversation.turns)
+            ]
+        )
+
+
+async def _ask(
+    store: MemoryStore, conversations: Sequence[Conversation], budget: int, name: str
+) -> StrategyScore:
+    score = StrategyScore(name, "memstack")
+    for conversation in conversations:
+        for question in conversation.questions:
+            start = time.perf_counter()
+            recalled = await store.recall(conversation.id, question.text, max_tokens=budget)
+            ms = (time.perf_counter() - start) * 1000
+            ids = {m.provenance.item for m in recalled if m.provenance.item}
+            score.add(question, ids, recalled.text, recalled.tokens, ms)
+    return score
+
+
+async def _sweep(
     conversations: Sequence[Conversation],
+    configs: Sequence[Config],
     budget: int,
     count: Callable[[str], int],
-    db: Path,
-    embedder: Embedder | None = None,
-) -> StrategyScore:
-    how = f" + {embedder.name}" if embedder is not None else ""
-    score = StrategyScore(f"memstack recall{how} ({budget} tok)", "memstack")
-    store = MemoryStore.from_url(f"sqlite:///{db}", count_tokens=count, embedder=embedder)
-    try:
-        for conversation in conversations:
-            scope = conversation.id
-            await store.remember_many(
-                [
-                    store.new_memory(
-                        scope,
-                        turn.line,
-                        kind="note",
-                        source="observed",
-                        valid_from=turn.when,
-                        provenance=Provenance(session_id=conversation.id, item=turn.dia_id),
-                        context=_neighbours(conversation.turns, index),
-                    )
-                    for index, turn in enumerate(conversation.turns)
-                ]
+    scratch: Path,
+    embedder: Embedder | None,
+) -> list[StrategyScore]:
+    """Every configuration over every question: one store per ingestion, one pass per policy."""
+    scores: list[StrategyScore] = []
+    for context in dict.fromkeys(c.context for c in configs):
+        db = scratch / f"memory-{'s' if embedder else 'w'}{context}.db"
+        url = f"sqlite:///{db}"
+        writer = MemoryStore.from_url(url, count_tokens=count, embedder=embedder)
+        try:
+            await _ingest(writer, conversations, context)
+        finally:
+            await writer.close()
+        for config in (c for c in configs if c.context == context):
+            store = MemoryStore.from_url(
+                url, count_tokens=count, embedder=embedder, recall_policy=config.policy
             )
-            for question in conversation.questions:
-                start = time.perf_counter()
-                recalled = await store.recall(scope, question.text, max_tokens=budget)
-                ms = (time.perf_counter() - start) * 1000
-                ids = {m.provenance.item for m in recalled if m.provenance.item}
-                score.add(question, ids, recalled.text, recalled.tokens, ms)
-    finally:
-        await store.close()
-    return score
+            try:
+                scores.append(await _ask(store, conversations, budget, config.label))
+            finally:
+                await store.close()
+    return scores
+
+
+def leave_one_out(
+    conversations: Sequence[Conversation],
+    configs: Sequence[Config],
+    scores: Sequence[StrategyScore],
+    name: str,
+) -> tuple[StrategyScore, list[dict[str, Any]]]:
+    """Each conversation scored by the configuration that did best on the others.
+
+    The figure a tuned system can honestly claim on conversations it has not seen: no
+    parameter is chosen on the questions it is reported on. Ties go to the earlier
+    configuration (the library's defaults come first).
+    """
+    owner = [q.conversation for c in conversations for q in c.questions]
+    result = StrategyScore(name, "memstack")
+    folds = []
+    for conversation in conversations:
+        held = [i for i, who in enumerate(owner) if who == conversation.id]
+        rest = [i for i, who in enumerate(owner) if who != conversation.id]
+        if not held:
+            continue
+        best = max(
+            range(len(configs)),
+            key=lambda k: (sum(scores[k].found[i] for i in rest), -k),
+        )
+        chosen = scores[best]
+        for i in held:
+            result.found.append(chosen.found[i])
+            result.answered.append(chosen.answered[i])
+            result.tokens.append(chosen.tokens[i])
+            result.millis.append(chosen.millis[i])
+            result.categories.append(chosen.categories[i])
+        folds.append(
+            {
+                "left_out": conversation.id,
+                "chosen": configs[best].label,
+                "tuning_recall": round(statistics.mean(chosen.found[i] for i in rest), 4)
+                if rest
+                else None,
+                "left_out_recall": round(statistics.mean(chosen.found[i] for i in held), 4),
+            }
+        )
+    return result, folds
+
+
+def _tuned_on_all(configs: Sequence[Config], scores: Sequence[StrategyScore], name: str) -> Any:
+    """The best configuration chosen and reported on all questions: the flattering figure."""
+    best = max(range(len(configs)), key=lambda k: (sum(scores[k].found), -k))
+    row = scores[best]
+    tuned = StrategyScore(name, "memstack")
+    for field_name in ("found", "answered", "tokens", "millis", "categories"):
+        getattr(tuned, field_name).extend(getattr(row, field_name))
+    return tuned, configs[best].label
 
 
 def _baselines(
@@ -329,13 +467,45 @@ def _write(out: Path, summary: dict[str, Any], table: str) -> None:
     (out / "table.txt").write_text(table + "\n", encoding="utf-8")
 
 
-def _offline_model() -> Embedder | None:
-    """The shipped MiniLM when the embed extra is installed; the hybrid row needs it."""
-    try:
-        return MiniLMEmbedder()
-    except ConfigurationError as exc:
-        print(f"skipping the hybrid strategy: {exc}")
-        return None
+def _family(
+    conversations: Sequence[Conversation],
+    configs: Sequence[Config],
+    scores: Sequence[StrategyScore],
+    what: str,
+    budget: int,
+) -> tuple[list[StrategyScore], dict[str, Any]]:
+    """The rows of one family: its defaults, tuned on all data, and left out."""
+    defaults = scores[0]
+    defaults.strategy = f"memstack {what}, defaults ({budget} tok)"
+    tuned, label = _tuned_on_all(configs, scores, f"memstack {what}, tuned on all ({budget} tok)")
+    held, folds = leave_one_out(
+        conversations, configs, scores, f"memstack {what}, left-out ({budget} tok)"
+    )
+    per_config = [
+        {
+            "config": config.label,
+            "evidence_recall": round(statistics.mean(score.found), 4),
+            "by_conversation": {
+                c.id: round(
+                    statistics.mean(
+                        f
+                        for f, q in zip(score.found, _questions(conversations), strict=True)
+                        if q.conversation == c.id
+                    ),
+                    4,
+                )
+                for c in conversations
+                if c.questions
+            },
+        }
+        for config, score in zip(configs, scores, strict=True)
+    ]
+    detail = {"tuned_on_all": label, "folds": folds, "configs": per_config}
+    return [defaults, tuned, held], detail
+
+
+def _questions(conversations: Sequence[Conversation]) -> list[Question]:
+    return [q for c in conversations for q in c.questions]
 
 
 async def run_memory_bench(
@@ -345,22 +515,34 @@ async def run_memory_bench(
     out: Path,
     model: str = "gpt-4o",
     semantic: bool = True,
+    embedder: Embedder | str = DEFAULT_EMBEDDER,
 ) -> dict[str, Any]:
     """Run every strategy on the LoCoMo files; write summary.json, table.txt and a plot.
 
-    With ``semantic`` (and the embed extra installed), full-text recall is run a second
-    time fused with the offline MiniLM embedder.
+    memstack recall is run over a grid of configurations (``_grid``), full-text alone and,
+    with ``semantic``, fused with ``embedder``. Each family reports three rows: the
+    library's defaults, the best configuration chosen on all questions (flattering), and
+    leave-one-conversation-out (each conversation scored by the configuration that did
+    best on the others): the figure to quote.
     """
     paths = list(files) if files else [DATA_DIR / "locomo_dev.jsonl"]
     conversations = [c for path in paths for c in load_locomo(path)]
     count = TokenCounter(model).count_text
     scores = _baselines(conversations, tokens, count)
+    details: dict[str, Any] = {}
     with tempfile.TemporaryDirectory() as scratch:
-        scores.append(await _memstack(conversations, tokens, count, Path(scratch) / "memory.db"))
-        embedder = _offline_model() if semantic else None
-        if embedder is not None:
-            db = Path(scratch) / "semantic.db"
-            scores.append(await _memstack(conversations, tokens, count, db, embedder))
+        families: list[tuple[str, Embedder | None]] = [("full-text", None)]
+        if semantic:
+            named = embedder_named(embedder)
+            if named is not None:
+                families.append((f"+ {named.name}", CachedEmbedder(named)))
+        for what, model_embedder in families:
+            configs = _grid(model_embedder is not None)
+            swept = await _sweep(
+                conversations, configs, tokens, count, Path(scratch), model_embedder
+            )
+            family, details[what] = _family(conversations, configs, swept, what, tokens)
+            scores.extend(family)
     rows = [score.summary() for score in scores]
     summary = {
         "benchmark": "memory",
@@ -369,10 +551,23 @@ async def run_memory_bench(
         "model": model,
         "conversations": len(conversations),
         "strategies": rows,
+        "selection": details,
     }
-    text = _table(rows)
+    text = _table(rows) + "\n\n" + _folds_table(details)
     await asyncio.to_thread(_write, out, summary, text)
     print(text)
     if _plot(rows, out / "evidence_recall.png"):
         print(f"\nwrote {out / 'summary.json'}, {out / 'table.txt'}, {out / 'evidence_recall.png'}")
     return summary
+
+
+def _folds_table(details: Mapping[str, Any]) -> str:
+    lines = ["leave-one-conversation-out: chosen on the others, reported on the one left out"]
+    for what, detail in details.items():
+        lines.append(f"{what}: tuned on all data -> {detail['tuned_on_all']}")
+        for fold in detail["folds"]:
+            lines.append(
+                f"  left out {fold['left_out']}: chose {fold['chosen']} "
+                f"(others {fold['tuning_recall']}) -> {fold['left_out_recall']}"
+            )
+    return "\n".join(lines)

@@ -18,6 +18,7 @@ from memstack.memory.distill import (
     LLMExtractor,
     RuleExtractor,
 )
+from memstack.memory.minilm import OnnxMiniLMEmbedder
 from memstack.memory.models import KINDS, SOURCES, Event, Memory, Provenance
 from memstack.memory.ranking import BM25
 from memstack.memory.store import MemoryStore, Recall
@@ -40,6 +41,7 @@ __all__ = [
     "Memory",
     "MemoryStore",
     "MiniLMEmbedder",
+    "OnnxMiniLMEmbedder",
     "Provenance",
     "Recall",
     "RuleExtractor",

@@ -18,6 +18,7 @@ from __future__ import annotations
 import time
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import func, select, text
@@ -188,8 +189,21 @@ class FullTextIndex:
 
 
 def weighted_terms(memory: Memory) -> dict[str, int]:
-    """The memory's own words count three times; its context's words once."""
+    """The memory's own words count three times; its context's and its date's once.
+
+    The date a memory is valid from ("13 October 2023") is searchable like context: a
+    question that names a day ("what did she show on October 13, 2023?") finds what was
+    said that day, though the words of the memory never name it.
+    """
     counts = {term: _OWN_WEIGHT * tf for term, tf in term_counts(memory.text).items()}
-    for term, tf in term_counts(memory.context or "").items():
-        counts[term] = counts.get(term, 0) + tf
+    for extra in (memory.context or "", _date_words(memory.valid_from)):
+        for term, tf in term_counts(extra).items():
+            counts[term] = counts.get(term, 0) + tf
     return counts
+
+
+def _date_words(seconds: float | None) -> str:
+    if seconds is None:
+        return ""
+    day = datetime.fromtimestamp(seconds, UTC)
+    return f"{day.day} {day:%B %Y}"

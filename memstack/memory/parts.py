@@ -1,7 +1,7 @@
 """What the memory modules share: the database, its tables, the indexes, the cipher, the clock.
 
     >>> from memstack.memory import MemoryStore
-    >>> parts = MemoryStore.from_url("sqlite://:memory:", clock=lambda: 7).parts
+    >>> parts = MemoryStore.from_url("sqlite://:memory:", clock=lambda: 7, embedder=None).parts
     >>> parts.now(), parts.semantic is None, parts.tables.memories.name
     (7.0, True, 'memstack_memories')
 

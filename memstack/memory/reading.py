@@ -32,6 +32,7 @@ from memstack.memory.models import Memory
 from memstack.memory.parts import StoreParts
 from memstack.memory.queries import live
 from memstack.memory.ranking import precedence
+from memstack.memory.recall_policy import RecallPolicy
 from memstack.memory.rows import memory_from_row
 from memstack.memory.schema import Tables
 from memstack.memory.semantic import fuse_scores
@@ -41,6 +42,7 @@ __all__ = ["profile", "scopes", "search", "select_memories"]
 
 # Standing preferences and facts considered for the profile part of a recall.
 PROFILE = 50
+_DEFAULT_POLICY = RecallPolicy()
 
 
 async def select_memories(
@@ -72,7 +74,13 @@ async def scopes(parts: StoreParts) -> list[str]:
 
 
 async def search(
-    parts: StoreParts, scope: str, query: str, *, limit: int, kinds: Sequence[str] | None
+    parts: StoreParts,
+    scope: str,
+    query: str,
+    *,
+    limit: int,
+    kinds: Sequence[str] | None,
+    policy: RecallPolicy = _DEFAULT_POLICY,
 ) -> list[tuple[Memory, float]]:
     """Live memories matching ``query``, best first, with their fused, weighed scores."""
     query_terms = query_term_counts(query) if isinstance(query, str) else {}
@@ -90,6 +98,18 @@ async def search(
         by_meaning: list[Row[Any]] = []
         if semantic is not None and query_vector is not None:
             near = await semantic.nearest(conn, scope, query_vector, 2 * limit)
+            near = [(i, cosine) for i, cosine in near if cosine >= policy.min_similarity]
+            if policy.feedback and near:
+                first = fuse_scores(
+                    {row.id: float(row.total) for row in by_words},
+                    near,
+                    weight=policy.semantic_weight,
+                )
+                leaders = sorted(first, key=lambda i: -first[i])[: policy.feedback]
+                moved = semantic.second_hop(scope, query_vector, leaders, policy.feedback_weight)
+                if moved is not None:
+                    near = await semantic.nearest(conn, scope, moved, 2 * limit)
+                    near = [(i, c) for i, c in near if c >= policy.min_similarity]
             near_ids = [memory_id for memory_id, _ in near]
             by_meaning = await _live_rows(conn, parts.tables, scope, near_ids, by_words, now)
     rows = [*by_words, *by_meaning]
@@ -103,6 +123,7 @@ async def search(
         fused = fuse_scores(
             {row.id: float(row.total) for row in by_words},
             [(i, cosine) for i, cosine in near if i in memories],
+            weight=policy.semantic_weight,
         )
         top = max(fused.values()) or 1.0
         relevance = {memory_id: score / top for memory_id, score in fused.items()}
@@ -130,8 +151,10 @@ async def _live_rows(
     if not missing:
         return []
     m = tables.memories
-    query = select(m).where(m.c.scope == scope, m.c.id.in_(missing), live(m, now))
-    return list((await conn.execute(query)).all())
+    # By primary key only: with ``scope = ?`` in the statement SQLite walks the scope's
+    # (scope, key) index instead, every row of the scope (45 ms a recall at 100,000).
+    query = select(m).where(m.c.id.in_(missing), live(m, now))
+    return [row for row in (await conn.execute(query)).all() if row.scope == scope]
 
 
 async def profile(parts: StoreParts, scope: str, *, exclude: set[str]) -> list[Memory]:

@@ -108,6 +108,23 @@ class SemanticIndex:
         index = await self._refreshed(conn, scope)
         return index.nearest(query, k)
 
+    def second_hop(
+        self, scope: str, query: Sequence[float], found: Sequence[str], weight: float
+    ) -> Any:
+        """The query moved toward what the first search found (Rocchio feedback).
+
+        A multi-hop question ("what activities does Melanie do?") is answered by several
+        memories; the best ones it found are closer to the others than the question is.
+        """
+        index = self._indexes.get(scope)
+        centroid = index.centroid(found) if index is not None else None
+        if centroid is None:
+            return None
+        import numpy as np
+
+        vector = np.asarray(query, dtype=np.float32)
+        return vector / max(float(np.linalg.norm(vector)), 1e-12) + weight * centroid
+
     async def _refreshed(self, conn: AsyncConnection, scope: str) -> VectorIndex:
         index = self._indexes.pop(scope, None) or VectorIndex()
         self._indexes[scope] = index  # most recently used last

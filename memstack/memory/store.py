@@ -46,15 +46,13 @@ from memstack.memory.fulltext import FullTextIndex
 from memstack.memory.models import KINDS, Event, Memory, Provenance, check_choice, check_scope
 from memstack.memory.parts import LAYER, StoreParts
 from memstack.memory.ranking import BM25, HEADER, CachedCount, pack
+from memstack.memory.recall_policy import RecallPolicy
 from memstack.memory.schema import SCHEMA_VERSION, Tables, tables
 from memstack.memory.semantic import SemanticIndex
-from memstack.memory.vectors import Embedder, embedder_named
+from memstack.memory.vectors import DEFAULT_EMBEDDER, Embedder, embedder_named
 
 __all__ = ["MemoryStore", "Recall"]
 
-# BM25 candidates fetched before precedence and budget decide: max_tokens / 20 (a memory
-# line is rarely under 20 tokens), at most this many.
-_CANDIDATES = 200
 _CHECKED_SCOPES = 100_000  # scopes remembered as checked, per store
 
 
@@ -90,7 +88,8 @@ class MemoryStore:
         clock: Callable[[], float] = time.time,
         count_tokens: Callable[[str], int] | None = None,
         bm25: BM25 | None = None,
-        embedder: Embedder | str | None = None,
+        embedder: Embedder | str | None = DEFAULT_EMBEDDER,
+        recall_policy: RecallPolicy | None = None,
         retry: Retry = DEFAULT_RETRY,
         max_memory_tokens: int | None = 1000,
     ) -> None:
@@ -124,9 +123,16 @@ class MemoryStore:
         self.clock = clock
         self.bm25 = bm25 or BM25()
         self.index = FullTextIndex(self.tables, self.cipher, self.bm25)
-        # Optional semantic recall, fused with full-text (memstack.memory.semantic).
+        # Semantic recall fused with full-text (memstack.memory.semantic): the shipped
+        # ONNX MiniLM unless another embedder, or None for full-text only, is given.
         named = embedder_named(embedder)
         self.semantic = SemanticIndex(named, self.tables, self.cipher) if named else None
+        if recall_policy is not None and not isinstance(recall_policy, RecallPolicy):
+            raise ConfigurationError(
+                f"recall_policy must be a RecallPolicy, not {type(recall_policy).__name__}",
+                layer=LAYER,
+            )
+        self.recall_policy = recall_policy or RecallPolicy()
         self._count_tokens = CachedCount(count_tokens)
         # What every module function works on, built once (memstack.memory.parts).
         # Transactions the database rolled back (deadlocks) are rerun under ``retry``.
@@ -372,7 +378,9 @@ class MemoryStore:
         """
         check_scope(scope)
         await self._prepare(scope)
-        return await reading.search(self.parts, scope, query, limit=limit, kinds=kinds)
+        return await reading.search(
+            self.parts, scope, query, limit=limit, kinds=kinds, policy=self.recall_policy
+        )
 
     async def recall(
         self,
@@ -394,8 +402,7 @@ class MemoryStore:
             raise ConfigurationError(
                 f"max_tokens must be an int >= 1, not {max_tokens!r}", layer=LAYER
             )
-        # Enough candidates to fill the budget with short memories, and no more to decode.
-        limit = min(_CANDIDATES, max(20, max_tokens // 20))
+        limit = self.recall_policy.candidates(max_tokens)
         ranked = [m for m, _ in await self.search(scope, query, limit=limit, kinds=kinds)]
         if profile:
             await self._prepare()

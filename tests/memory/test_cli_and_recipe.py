@@ -125,14 +125,17 @@ def test_forget_by_an_unknown_id_says_so(recipe: Path, tmp_path: Path) -> None:
 
 def test_memory_embed_command_backfills_vectors(recipe: Path, tmp_path: Path) -> None:
     async def seed() -> None:
-        store = MemoryStore.from_url(f"sqlite:///{tmp_path / 'memory.db'}", key=KEY)
+        url = f"sqlite:///{tmp_path / 'memory.db'}"
+        store = MemoryStore.from_url(url, key=KEY, embedder=None)
         await store.remember("ana", "Has a cat called Miso")
         await store.close()
 
     asyncio.run(seed())
+    plain = recipe.read_text()
+    recipe.write_text(plain.replace("[memory]\n", '[memory]\nembedder = "none"\n'))
     refused = memstack("memory", "embed", str(recipe), "--scope", "ana")
     assert refused.returncode == 2 and "needs a store with an embedder" in refused.stderr
-    recipe.write_text(recipe.read_text().replace("[memory]\n", '[memory]\nembedder = "hashing"\n'))
+    recipe.write_text(plain.replace("[memory]\n", '[memory]\nembedder = "hashing"\n'))
     done = memstack("memory", "embed", str(recipe), "--scope", "ana")
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "embedded 1 memory of scope 'ana'"
@@ -153,19 +156,26 @@ def test_bench_memory_writes_summary(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     summary = json.loads((tmp_path / "summary.json").read_text())
     rows = {row["strategy"]: row for row in summary["strategies"]}
+    memstack_rows = {
+        f"memstack {what}, {how} (300 tok)"
+        for what in ("full-text", "+ all-MiniLM-L6-v2-int8")
+        for how in ("defaults", "tuned on all", "left-out")
+    }
     assert set(rows) == {
         "full context",
         "recent 300 tokens",
         "naive BM25 (300 tok)",
-        "memstack recall (300 tok)",
-        "memstack recall + all-MiniLM-L6-v2 (300 tok)",
+        *memstack_rows,
     }
     for row in rows.values():
         assert row["questions"] == len(data["qa"])
         assert 0 <= row["evidence_recall"] <= 1
     assert rows["full context"]["evidence_recall"] == 1.0
-    assert rows["memstack recall (300 tok)"]["mean_tokens"] <= 300
-    assert rows["memstack recall + all-MiniLM-L6-v2 (300 tok)"]["mean_tokens"] <= 300
+    for name in memstack_rows:
+        assert rows[name]["mean_tokens"] <= 300
+    # One conversation: nothing to choose on when it is left out, so the defaults decide.
+    [fold] = summary["selection"]["full-text"]["folds"]
+    assert fold["chosen"] == summary["selection"]["full-text"]["configs"][0]["config"]
     assert (tmp_path / "table.txt").exists()
 
 

