@@ -303,7 +303,9 @@ def test_bench_tokens_on_a_small_file(tmp_path: Path):
 
 
 def test_bench_runs_a_script_benchmark_with_its_own_options():
-    result = memstack("bench", "window", "--skip-replay", "--rounds", "1", timeout=300)
+    result = memstack(
+        "bench", "window", "--skip-replay", "--rounds", "1", "--processes", "1", timeout=300
+    )
     assert result.returncode == 0, result.stderr
     assert "ratio = window at 100k / window at 100" in result.stdout
 

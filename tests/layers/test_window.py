@@ -394,7 +394,7 @@ async def test_replayed_transcripts(dataset: str) -> None:
         store = InMemorySession(record["id"])
         windows = {name: o.layer(store) for name, o in REPLAY_OPTIONS.items()}
         written = 0
-        for point in checkpoints(items, every=25 if dataset == "swe_coding" else 6):
+        for point in checkpoints(items, every=60 if dataset == "swe_coding" else 6):
             await store.add_items(items[written:point])  # type: ignore[arg-type]
             written = point
             history = items[:point]
@@ -564,7 +564,7 @@ async def test_hysteresis_keeps_the_prefix_for_several_turns() -> None:
 async def test_hysteresis_on_real_transcripts_moves_less() -> None:
     total = {0.5: 0, None: 0}
     for dataset, budget in (("airline_tau", 4000), ("swe_coding", 12_000)):
-        for record in conversations(dataset)[:40]:
+        for record in conversations(dataset)[:20]:
             for low in total:
                 options = Options(max_tokens=budget, align="unit", low_watermark=low)
                 total[low] += moves(await replay_starts(record["items"], options, every=4))
