@@ -13,6 +13,7 @@ envelopes, token counts, read sizes) and the tokenizer outlive every stack.
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import itertools
 import json
@@ -30,6 +31,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from agents.memory import Session, SQLiteSession
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 import memstack.base
 from memstack.base import iter_chain
@@ -209,3 +212,14 @@ def timed_store_reads(stores: dict[str, Session]) -> dict[str, list[tuple[float,
 
     memstack.base._source_reader = reader
     return reads
+
+
+async def reachable(engine: AsyncEngine) -> str | None:
+    """None when ``engine`` answers within 5 s; else why not (the benchmark then skips)."""
+    try:
+        async with asyncio.timeout(5):
+            async with engine.connect() as conn:
+                await conn.execute(text("SELECT 1"))
+    except Exception as exc:  # any failure to connect means: skip
+        return f"{type(exc).__name__}: {exc}"
+    return None

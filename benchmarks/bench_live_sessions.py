@@ -26,7 +26,7 @@ import os
 import subprocess
 import sys
 
-from _shared import long_history, production_recipe
+from _shared import long_history, production_recipe, reachable
 from agents.extensions.memory import SQLAlchemySession
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import create_async_engine
@@ -92,17 +92,12 @@ def child(variant: str, args: argparse.Namespace) -> dict[str, float]:
     return json.loads(done.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
 
 
-async def reachable(url: str) -> str | None:
+async def reachable_url(url: str) -> str | None:
     engine = create_async_engine(url)
     try:
-        async with asyncio.timeout(5):
-            async with engine.connect() as conn:
-                await conn.execute(text("SELECT 1"))
-    except Exception as exc:  # any failure to connect means: skip
-        return f"{type(exc).__name__}: {exc}"
+        return await reachable(engine)
     finally:
         await engine.dispose()
-    return None
 
 
 async def drop(url: str) -> None:
@@ -124,7 +119,7 @@ def main() -> None:
     if args.child:
         print(json.dumps(asyncio.run(hold(args.child, args))))
         return
-    problem = asyncio.run(reachable(args.url))
+    problem = asyncio.run(reachable_url(args.url))
     if problem is not None:
         print(f"skipped: PostgreSQL not reachable at {args.url} ({problem})")
         return

@@ -30,7 +30,7 @@ import sys
 import time
 from typing import Any
 
-from _shared import long_history, production_recipe, renamed, turns
+from _shared import long_history, production_recipe, reachable, renamed, turns
 from agents.memory import Session
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
@@ -85,16 +85,6 @@ async def phase(
     elapsed = time.perf_counter() - start
     await asyncio.gather(*(s.clear_session() for s in sessions))
     return len(latencies) / elapsed, latencies
-
-
-async def reachable(engine: AsyncEngine) -> str | None:
-    try:
-        async with asyncio.timeout(5):
-            async with engine.connect() as conn:
-                await conn.execute(text("SELECT 1"))
-    except Exception as exc:  # any failure to connect means: skip
-        return f"{type(exc).__name__}: {exc}"
-    return None
 
 
 async def run(args: argparse.Namespace) -> int:

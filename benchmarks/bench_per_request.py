@@ -33,7 +33,7 @@ import sys
 import time
 from typing import Any
 
-from _shared import long_history, production_recipe
+from _shared import long_history, production_recipe, reachable
 from agents.extensions.memory import SQLAlchemySession
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
@@ -133,16 +133,6 @@ def first_read(variant: str, args: argparse.Namespace) -> float:
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     return float(done.stdout.strip().splitlines()[-1])
-
-
-async def reachable(engine: AsyncEngine) -> str | None:
-    try:
-        async with asyncio.timeout(5):
-            async with engine.connect() as conn:
-                await conn.execute(text("SELECT 1"))
-    except Exception as exc:  # any failure to connect means: skip
-        return f"{type(exc).__name__}: {exc}"
-    return None
 
 
 async def run(args: argparse.Namespace) -> int:

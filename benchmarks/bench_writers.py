@@ -31,7 +31,7 @@ import time
 import uuid
 from typing import Any
 
-from _shared import production_recipe
+from _shared import production_recipe, reachable
 from agents.extensions.memory import SQLAlchemySession
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
@@ -95,16 +95,6 @@ async def one_round(variant: str, engine: AsyncEngine, args: argparse.Namespace)
         "seconds": elapsed,
         "errors": errors,
     }
-
-
-async def reachable(engine: AsyncEngine) -> str | None:
-    try:
-        async with asyncio.timeout(5):
-            async with engine.connect() as conn:
-                await conn.execute(text("SELECT 1"))
-    except Exception as exc:  # any failure to connect means: skip
-        return f"{type(exc).__name__}: {exc}"
-    return None
 
 
 async def bench_database(name: str, args: argparse.Namespace) -> list[str]:

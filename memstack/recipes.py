@@ -340,6 +340,16 @@ def _stand_in(field: str) -> Any:
     return generate_key()  # a valid key, and a usable string for every other secret
 
 
+def read_recipe_file(path: str | Path) -> dict[str, Any]:
+    """A recipe file's TOML as a dict, unchecked; a missing or malformed file is a RecipeError."""
+    try:
+        return tomllib.loads(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError as exc:
+        raise RecipeError(f"{path}: no such recipe file") from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise RecipeError(f"{path}: not valid TOML: {exc}") from exc
+
+
 def load_recipe(recipe: str | Path | Mapping[str, Any], **overrides: Any) -> Recipe:
     """Parse and validate a recipe; ``overrides`` replace ``url`` or a layer's options.
 
@@ -349,13 +359,7 @@ def load_recipe(recipe: str | Path | Mapping[str, Any], **overrides: Any) -> Rec
     if isinstance(recipe, Mapping):
         source, data = "<recipe>", dict(recipe)
     else:
-        source = str(recipe)
-        try:
-            data = tomllib.loads(Path(recipe).read_text(encoding="utf-8"))
-        except FileNotFoundError as exc:
-            raise RecipeError(f"{source}: no such recipe file") from exc
-        except tomllib.TOMLDecodeError as exc:
-            raise RecipeError(f"{source}: not valid TOML: {exc}") from exc
+        source, data = str(recipe), read_recipe_file(recipe)
     unknown = sorted(
         set(data) - {"backend", "layers", "description", "governance", "memory", "cache"}
     )

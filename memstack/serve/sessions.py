@@ -12,7 +12,6 @@ compares the two over one path.
 
 from __future__ import annotations
 
-import tomllib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Protocol
@@ -21,7 +20,7 @@ from agents.memory import Session
 
 import memstack
 from memstack.errors import RecipeError
-from memstack.recipes import from_recipe, load_recipe
+from memstack.recipes import from_recipe, load_recipe, read_recipe_file
 
 __all__ = ["BareSessions", "RecipeSessions", "Sessions", "session_id_of"]
 
@@ -54,12 +53,7 @@ class RecipeSessions:
         self, recipe: str | Path, *, url: str | None = None, memory_url: str | None = None
     ) -> None:
         self.source = str(recipe)
-        try:
-            data = tomllib.loads(Path(recipe).read_text(encoding="utf-8"))
-        except FileNotFoundError as exc:
-            raise RecipeError(f"{recipe}: no such recipe file") from exc
-        except tomllib.TOMLDecodeError as exc:
-            raise RecipeError(f"{recipe}: not valid TOML: {exc}") from exc
+        data = read_recipe_file(recipe)
         # Parsed once; each request still goes through from_recipe, as the README shows.
         if url:
             data["backend"] = {**data.get("backend", {}), "url": url}
