@@ -34,6 +34,12 @@ _VOCAB = Path(__file__).parent / "data" / "minilm-vocab.txt"
 _MAX_PIECES = 256
 
 
+# (model path, threads) -> (onnxruntime session, tokenizer); both are safe to share between
+# threads (onnxruntime's run, and a tokenizer whose truncation and padding never change).
+_SHARED: dict[tuple[str, int], tuple[Any, Any]] = {}
+_SHARED_LOCK = threading.Lock()
+
+
 class OnnxMiniLMEmbedder:
     """all-MiniLM-L6-v2 (384 dimensions, int8 ONNX): mean-pooled, unit-length vectors."""
 
@@ -52,7 +58,6 @@ class OnnxMiniLMEmbedder:
         # One thread by default: a query is a few word pieces, and recall shares the CPU.
         self.threads = threads
         self.batch_size = batch_size
-        self._lock = threading.Lock()
         self._loaded: tuple[Any, Any] | None = None
 
     def __repr__(self) -> str:
@@ -81,12 +86,19 @@ class OnnxMiniLMEmbedder:
         return out
 
     def _load(self) -> tuple[Any, Any]:
-        with self._lock:
-            if self._loaded is None:
-                self._loaded = (self._session(), _tokenizer())
-            return self._loaded
+        # The model and tokenizer are the process's: a server opens a memory store per
+        # request, and a session of its own per store held ~5 MB and 0.3 s each.
+        if self._loaded is None:
+            path = self.model_path or _packaged_model()
+            key = (str(path), self.threads)
+            with _SHARED_LOCK:
+                found = _SHARED.get(key)
+                if found is None:
+                    found = _SHARED[key] = (self._session(path), _tokenizer())
+            self._loaded = found
+        return self._loaded
 
-    def _session(self) -> Any:
+    def _session(self, path: Path) -> Any:
         try:
             import onnxruntime
         except ImportError as exc:
@@ -95,7 +107,6 @@ class OnnxMiniLMEmbedder:
                 "embedder=None for full-text recall only)",
                 layer=_LAYER,
             ) from exc
-        path = self.model_path or _packaged_model()
         data = path.read_bytes()
         if self.model_path is None and hashlib.sha256(data).hexdigest() != MODEL_SHA256:
             raise ConfigurationError(

@@ -88,3 +88,13 @@ async def test_a_far_memory_is_not_injected_just_because_it_is_nearest() -> None
         "Prefers window seats on flights"
     ]
     await store.close()
+
+
+def test_embedders_share_the_processs_model_so_a_store_per_request_loads_nothing() -> None:
+    """A server opens a memory store per request: each must not load its own model (it held
+    about 5 MB and took 0.3 s: `memstack bench server`'s personal-assistant row grew by
+    1.6 GB over 320 requests)."""
+    first, second = OnnxMiniLMEmbedder(), OnnxMiniLMEmbedder()
+    assert first.embed(["hello"]) == second.embed(["hello"])
+    assert first._load()[0] is second._load()[0]  # one onnxruntime session
+    assert OnnxMiniLMEmbedder(threads=2)._load()[0] is not first._load()[0]
