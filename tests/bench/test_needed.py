@@ -11,21 +11,9 @@ import pytest
 from memstack.bench import transcripts
 from memstack.bench.needed import item_text, needs_per_call, produced_text, recall_counts
 from memstack.bench.transcripts import model_calls
+from tests.items import call, output
 
 Item = dict[str, Any]
-
-
-def call(call_id: str, command: str) -> Item:
-    return {
-        "type": "function_call",
-        "call_id": call_id,
-        "name": "bash",
-        "arguments": json.dumps({"command": command}),
-    }
-
-
-def output(call_id: str, text: str) -> Item:
-    return {"type": "function_call_output", "call_id": call_id, "output": text}
 
 
 HISTORY: list[Item] = [

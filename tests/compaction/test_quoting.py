@@ -14,24 +14,12 @@ from memstack.compaction.excerpts import excerpt, used_names
 from memstack.compaction.quoting import QuotingSummarizer
 from memstack.errors import ConfigurationError
 from memstack.tokens import TokenCounter
+from tests.items import call, output
 
 Item = dict[str, Any]
 
 LISTING = "\n".join(f"{n}:     x_{n} = compute(value_{n})" for n in range(100, 160))
 LISTING += "\n161:     def parse_date(text, fmt=ISO_FORMAT):\n162:         return None"
-
-
-def call(call_id: str, command: str) -> Item:
-    return {
-        "type": "function_call",
-        "call_id": call_id,
-        "name": "bash",
-        "arguments": json.dumps({"command": command}),
-    }
-
-
-def output(call_id: str, text: str) -> Item:
-    return {"type": "function_call_output", "call_id": call_id, "output": text}
 
 
 def said(text: str) -> Item:
