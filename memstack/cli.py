@@ -28,6 +28,7 @@ from memstack import __version__
 from memstack.backends.capabilities import READ_ALL
 from memstack.backends.translate import store_errors
 from memstack.base import SessionLayer, full_history_layer, iter_chain, limit_arg
+from memstack.cli_table import counted
 from memstack.cli_table import table as _table
 from memstack.errors import ConfigurationError, MemstackError
 from memstack.history import item_type, stored_history, validate_items
@@ -108,7 +109,7 @@ async def cmd_inspect(args: argparse.Namespace) -> int:
         view = await stack.get_items(**limit_arg(args.limit))
     print(f"session {stack.session_id!r}: {stack!r}\n")
     print(_table(["layer (top → store)", "items", "tokens"], rows))
-    print(f"\nwhat the model is sent ({len(view)} items):")
+    print(f"\nwhat the model is sent ({counted(len(view), 'item')}):")
     print(
         _table(
             ["#", "kind", "tokens", "content"],
@@ -154,11 +155,13 @@ def _find_method(stack: Session, method: str) -> Any:
     raise ConfigurationError(f"no layer in this recipe has {method}()")
 
 
-async def _layer_operation(args: argparse.Namespace, method: str, done: str) -> int:
+async def _layer_operation(
+    args: argparse.Namespace, method: str, done: str, noun: str = "item"
+) -> int:
     """Open the recipe's stack and run ``method`` of the first layer that has it."""
     async with _using(_open(args)) as stack:
         count = await _find_method(stack, method)()
-    print(done.format(count=count, session=stack.session_id))
+    print(done.format(items=counted(count, noun), session=stack.session_id))
     return EXIT_OK
 
 
@@ -170,7 +173,7 @@ async def cmd_purge(args: argparse.Namespace) -> int:
     if args.older_than:
         return await _purge_by_store_time(args)
     return await _layer_operation(
-        args, "purge_expired", "purged {count} expired items from session {session!r}"
+        args, "purge_expired", "purged {items} from session {session!r}", "expired item"
     )
 
 
@@ -223,7 +226,7 @@ async def cmd_rotate(args: argparse.Namespace) -> int:
 
         return await rotate_all(args)
     return await _layer_operation(
-        args, "rotate", "re-encrypted {count} items of session {session!r} under the active key"
+        args, "rotate", "re-encrypted {items} of session {session!r} under the active key"
     )
 
 
@@ -258,7 +261,8 @@ async def cmd_export(args: argparse.Namespace) -> int:
         await asyncio.to_thread(Path(args.output).write_text, text, encoding="utf-8")
     else:
         sys.stdout.write(text)
-    print(f"exported {len(items)} items of session {stack.session_id!r}", file=sys.stderr)
+    exported = counted(len(items), "item")
+    print(f"exported {exported} of session {stack.session_id!r}", file=sys.stderr)
     return EXIT_OK
 
 
@@ -290,7 +294,7 @@ async def cmd_import(args: argparse.Namespace) -> int:
         finally:  # cleared before an error is printed, which then starts its own line
             if bar is not None:
                 bar.close()
-    print(f"imported {len(items)} items into session {stack.session_id!r}")
+    print(f"imported {counted(len(items), 'item')} into session {stack.session_id!r}")
     return EXIT_OK
 
 

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from memstack.cli_table import table
+from memstack.cli_table import counted, table
 from memstack.governance.jobs import StoreJobs
 
 __all__ = ["add_commands", "purge_all", "rotate_all"]
@@ -51,7 +51,7 @@ async def cmd_sessions(args: argparse.Namespace) -> int:
             [(info.session_id, info.items, _when(info.last_activity)) for info in infos],
         )
     )
-    print(f"{len(infos)} sessions, {sum(info.items for info in infos)} items")
+    print(f"{counted(len(infos), 'session')}, {counted(sum(info.items for info in infos), 'item')}")
     return EXIT_OK
 
 
@@ -92,7 +92,7 @@ async def purge_all(args: argparse.Namespace) -> int:
         else "expired items"
     )
     print(
-        f"purged {report.total} {what} from {len(report.per_session)} sessions; "
+        f"purged {report.total} {what} from {counted(len(report.per_session), 'session')}; "
         f"removed {report.extra['vault_entries']} vault entries of emptied sessions"
     )
     return EXIT_OK
@@ -101,8 +101,9 @@ async def purge_all(args: argparse.Namespace) -> int:
 async def rotate_all(args: argparse.Namespace) -> int:
     async with _jobs(args) as jobs:
         report = await jobs.rotate_all()
+    items, sessions = counted(report.total, "item"), counted(len(report.per_session), "session")
     print(
-        f"re-encrypted {report.total} items in {len(report.per_session)} sessions "
+        f"re-encrypted {items} in {sessions} "
         f"under the active key; re-sealed {report.extra['vault_entries']} vault entries"
     )
     return EXIT_OK

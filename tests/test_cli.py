@@ -148,7 +148,7 @@ def test_import_inspect_stats_export_round_trip(recipe: Path, tmp_path: Path):
     assert rows["SlidingWindowSession"][0] == "1"  # the window shows the last user turn
     assert rows["EncryptedSession"][0] == "5" and rows["TTLSession"][0] == "5"
     assert rows["SQLiteSession"][0] == "5"
-    assert "what the model is sent (1 items)" in inspected.stdout
+    assert "what the model is sent (1 item)" in inspected.stdout
 
     stats = memstack("stats", str(recipe), "--session", "u1")
     assert stats.returncode == 0, stats.stderr

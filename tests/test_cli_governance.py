@@ -98,7 +98,7 @@ def test_sessions_forget_and_audit(filled: Path, tmp_path: Path) -> None:
     forgot = memstack("forget", str(filled), "--user", "ann", env=ENV)
     assert forgot.returncode == 0, forgot.stderr
     assert "forgot user 'ann': removed 2 vault entries, 2 sessions, 8 items" in forgot.stdout
-    assert "1 sessions, 4 items" in memstack("sessions", str(filled), env=ENV).stdout
+    assert "1 session, 4 items" in memstack("sessions", str(filled), env=ENV).stdout
     files = {p.name: p.read_bytes() for p in tmp_path.glob("gov.db*")}
     # The card as written: a bare b"4111" also turns up by chance in the audit trail's hex
     # digests (seen: b"...7fd94111057af..." in a CI run).

@@ -21,6 +21,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from memstack.cli_table import counted
 from memstack.errors import ConfigurationError
 from memstack.memory.models import Memory
 from memstack.memory.store import MemoryStore
@@ -31,8 +32,7 @@ Handler = Callable[[MemoryStore, argparse.Namespace], Coroutine[Any, Any, int]]
 
 
 def memories(count: int) -> str:
-    """``"1 memory"``, ``"3 memories"``."""
-    return f"{count} memor{'y' if count == 1 else 'ies'}"
+    return counted(count, "memory", "memories")
 
 
 def _when(seconds: float | None) -> str:
