@@ -21,7 +21,8 @@ variants are
 Each session first gets ``--warmup`` untimed turns (users of a recipe with long-term
 memory first get one remembered preference). Reported per variant: throughput, p50/p95
 latency, their ratios to bare, the server's RSS growth over the timed requests (the
-uvicorn process and its workers, from ``/proc``), the most PostgreSQL connections the
+uvicorn process and its workers, from ``/proc``) and how much of it the process cache
+holds at the end (``GET /stats``: bounded by its budget, 64 MiB by default), the most PostgreSQL connections the
 server held at once (``pg_stat_activity`` rows whose client port is one of the server's
 sockets, sampled every 0.2 s) and failed requests (not HTTP 200, or no answer).
 
@@ -84,6 +85,7 @@ class Result:
     seconds: float = 0.0
     latencies: list[float] = field(default_factory=list)
     rss_growth_mb: float = 0.0
+    cache_mb: float = 0.0
     max_connections: int = 0
     aborted: str = ""
     violations: int = 0
@@ -321,6 +323,8 @@ async def run_variant(
             else:
                 await read_your_writes(server, prefix, args, result)
             result.rss_growth_mb = (server.rss_bytes() - rss_before) / 1e6
+            if workers == 1:
+                result.cache_mb = await cache_bytes(server) / 1e6
             sampler.cancel()
     except BootError as exc:
         result.aborted = f"did not boot: {str(exc).splitlines()[0]}"
@@ -329,6 +333,12 @@ async def run_variant(
             sampler.cancel()
         await pg.close()
     return result
+
+
+async def cache_bytes(server: Server) -> int:
+    """What the server's process cache holds now (``GET /stats``): part of its RSS growth."""
+    async with httpx2.AsyncClient(base_url=server.url, timeout=60) as http:
+        return int((await http.get("/stats")).json()["cache"]["bytes"])
 
 
 async def clean_up(url: str, prefix: str) -> None:
@@ -362,20 +372,20 @@ def report(results: list[Result], pairs: list[Result], args: argparse.Namespace)
         f"{args.sessions} sessions, {args.warmup} warm-up turn(s) each), one uvicorn worker; "
         f"PostgreSQL on loopback; load average {os.getloadavg()[0]:.1f}",
         "",
-        "| variant | req/s | × bare | p50 ms | p95 ms | p95 × bare | RSS +MB | PG conns max "
-        "| failed |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| variant | req/s | × bare | p50 ms | p95 ms | p95 × bare | RSS +MB | of it cache MB "
+        "| PG conns max | failed |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for r in results:
         if r.aborted and not r.latencies:
-            lines.append(f"| {r.name} | aborted: {r.aborted} | | | | | | {r.max_connections} | |")
+            lines.append(f"| {r.name} | aborted: {r.aborted} | | | | | | | {r.max_connections} | |")
             continue
         ratio = r.throughput / bare.throughput if bare and bare.throughput else float("nan")
         p95 = r.quantile_ms(0.95) / bare.quantile_ms(0.95) if bare else float("nan")
         note = f" (aborted: {r.aborted})" if r.aborted else ""
         lines.append(
             f"| {r.name}{note} | {r.throughput:.1f} | {ratio:.2f} | {r.quantile_ms(0.5):.0f} "
-            f"| {r.quantile_ms(0.95):.0f} | {p95:.2f} | {r.rss_growth_mb:+.1f} "
+            f"| {r.quantile_ms(0.95):.0f} | {p95:.2f} | {r.rss_growth_mb:+.1f} | {r.cache_mb:.1f} "
             f"| {r.max_connections} | {r.failed}/{r.requests} |"
         )
     if pairs:
@@ -452,6 +462,7 @@ def write_json(path: Path, results: list[Result], pairs: list[Result]) -> None:
                     "p95_ms": r.quantile_ms(0.95),
                     "median_ms": statistics.median(r.latencies) * 1e3 if r.latencies else None,
                     "rss_growth_mb": r.rss_growth_mb,
+                    "cache_mb": r.cache_mb,
                     "max_pg_connections": r.max_connections,
                     "read_your_writes_violations": r.violations,
                     "aborted": r.aborted,

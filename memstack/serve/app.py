@@ -13,7 +13,10 @@ Routes:
 - ``POST /users/{user}/memories`` ``{"text": "...", "kind": "preference"}``: remember a
   fact about the user (recipes with a ``[memory]`` table); the memory layer pins it at
   the head of that user's threads;
-- ``GET  /healthz``.
+- ``GET  /healthz``;
+- ``GET  /stats``: what the process shares between stacks: the process cache (bytes, its
+  budget, hits, misses, entries and evictions per kind) and the open engines and model
+  clients. Expose it to operators only: it names no data, but it is not for the public.
 
 The session id is ``"{user}:{thread}"``. Shutdown releases the server's own resources,
 then ``memstack.dispose()`` what the process shares between stacks.
@@ -34,6 +37,7 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 import memstack
+from memstack import cache, resources
 from memstack.errors import ConfigurationError, MemstackError
 from memstack.history import is_user_message
 from memstack.serve.reply import AgentReply, Echo, Reply
@@ -122,6 +126,22 @@ def create_app(sessions: Sessions, *, reply: Reply | None = None) -> Starlette:
     async def healthz(request: Request) -> JSONResponse:
         return JSONResponse({"ok": True, "serving": sessions.describe(), "pid": os.getpid()})
 
+    async def stats(request: Request) -> JSONResponse:
+        kinds = {str(name): vars(counts) for name, counts in cache.stats().items()}
+        shared = resources.stats()
+        return JSONResponse(
+            {
+                "pid": os.getpid(),
+                "cache": {
+                    "bytes": cache.total_bytes(),
+                    "max_bytes": cache.max_bytes(),
+                    "kinds": kinds,
+                },
+                "engines": shared.engines,
+                "model_clients": shared.model_clients,
+            }
+        )
+
     async def bad_request(request: Request, exc: Exception) -> JSONResponse:
         return JSONResponse({"error": str(exc)}, status_code=400)
 
@@ -144,6 +164,7 @@ def create_app(sessions: Sessions, *, reply: Reply | None = None) -> Starlette:
     return Starlette(
         routes=[
             Route("/healthz", healthz),
+            Route("/stats", stats),
             Route("/users/{user}/threads/{thread}", history, methods=["GET"]),
             Route("/users/{user}/threads/{thread}", turn, methods=["POST"]),
             Route("/users/{user}/memories", remember, methods=["POST"]),

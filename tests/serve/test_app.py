@@ -81,7 +81,15 @@ async def test_postgresql_echo(tmp_path: Path) -> None:
             second = (await http.post(path, json={"message": "two"})).json()
             bad = await http.post(path, content=b"not json")
             items = (await http.get(path)).json()["items"]
+            stats = (await http.get("/stats")).json()
     check_clean_shutdown(server)
+    # What the process shares: one engine for sessions and memory, a cache within its budget
+    # that the later reads of the thread hit.
+    assert stats["engines"] >= 1
+    assert 0 < stats["cache"]["bytes"] <= stats["cache"]["max_bytes"]
+    kinds = stats["cache"]["kinds"].values()
+    assert sum(kind["hits"] for kind in kinds) > 0
+    assert sum(kind["bytes"] for kind in kinds) == stats["cache"]["bytes"]
     assert made.status_code == 201
     assert bad_kind.status_code == 400 and "kind must be one of" in bad_kind.json()["error"]
     assert (first["seen"], first["memory"], first["last_user_message"]) == (0, False, None)
