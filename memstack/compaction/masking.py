@@ -49,6 +49,7 @@ from typing import Any
 
 import memstack.cache as cache
 import memstack.compaction.excerpts as excerpts
+import memstack.compaction.json_parts as json_parts
 from memstack.compaction.salient import occurs, salient_tokens
 from memstack.content_keys import key_of, keyed_by
 from memstack.errors import ConfigurationError
@@ -112,6 +113,9 @@ class Mask:
     #: Characters of the output's lines quoted in its placeholder: the lines holding names
     #: the agent used after reading it (``memstack.compaction.excerpts``; 0: none).
     excerpt: int = 0
+    #: Per tool, the fields of its JSON answer quoted verbatim in the placeholder
+    #: (``{"get_order": ["items", "payment"]}``; ``memstack.compaction.json_parts``).
+    keep_fields: Mapping[str, Sequence[str]] = field(default_factory=dict)
     #: What a placeholder depends on besides the output and its call (cache keys).
     _way: tuple[Any, ...] = field(init=False, repr=False, compare=False)
 
@@ -140,6 +144,8 @@ class Mask:
         if not isinstance(self.default_template, str) or not self.default_template:
             raise ConfigurationError("default_template must be a non-empty string", layer="Mask")
         object.__setattr__(self, "templates", MappingProxyType(dict(self.templates)))
+        table = json_parts.field_table(self.keep_fields, owner="Mask")
+        object.__setattr__(self, "keep_fields", MappingProxyType(dict(table)))
         object.__setattr__(self, "tools", _names("tools", self.tools))
         object.__setattr__(self, "exclude_tools", _names("exclude_tools", self.exclude_tools))
         way = tuple(
@@ -269,7 +275,7 @@ class Mask:
             return None
         # Every read masks the same old outputs again: kept by what the text depends on.
         out = key_of(output, output_key)
-        by_text = self.keep_names or self.excerpt
+        by_text = self.keep_names or self.excerpt or tool in self.keep_fields
         slot = (*self._way, key_of(call, call_key), out if by_text else size, used)
         placeholder = cache.get_or_put(
             slot,
@@ -302,6 +308,13 @@ class Mask:
         )
         template = self.templates.get(tool, self.default_template)
         text = _FIELD.sub(lambda m: fields.get(m.group(1), m.group(0)), template)
+        wanted = self.keep_fields.get(tool)
+        if wanted and output is not None:
+            raw = output.get("output")
+            full = raw if isinstance(raw, str) else json.dumps(raw, ensure_ascii=False)
+            parts = json_parts.field_parts(full, wanted)
+            if parts:
+                text = f"{text} Kept from it, verbatim:\n" + "\n".join(p for _, p in parts)
         if self.excerpt and output is not None:
             raw = output.get("output")
             full = raw if isinstance(raw, str) else json.dumps(raw, ensure_ascii=False)
