@@ -50,6 +50,7 @@ from typing import Any
 import memstack.cache as cache
 import memstack.compaction.excerpts as excerpts
 import memstack.compaction.json_parts as json_parts
+import memstack.compaction.replies as replies
 from memstack.compaction.salient import occurs, salient_tokens
 from memstack.content_keys import key_of, keyed_by
 from memstack.errors import ConfigurationError
@@ -116,6 +117,9 @@ class Mask:
     #: Per tool, the fields of its JSON answer quoted verbatim in the placeholder
     #: (``{"get_order": ["items", "payment"]}``; ``memstack.compaction.json_parts``).
     keep_fields: Mapping[str, Sequence[str]] = field(default_factory=dict)
+    #: Assistant replies older than the protected turns keep only their sentences that
+    #: hold names, verbatim (``memstack.compaction.replies``).
+    trim_replies: bool = False
     #: What a placeholder depends on besides the output and its call (cache keys).
     _way: tuple[Any, ...] = field(init=False, repr=False, compare=False)
 
@@ -135,6 +139,10 @@ class Mask:
             raise ConfigurationError("step must be an int >= 1, got 0", layer="Mask")
         _nonnegative_int("keep_names", self.keep_names)
         _nonnegative_int("excerpt", self.excerpt)
+        if not isinstance(self.trim_replies, bool):
+            raise ConfigurationError(
+                f"trim_replies must be true or false, got {self.trim_replies!r}", layer="Mask"
+            )
         if not isinstance(self.templates, Mapping) or not all(
             isinstance(k, str) and isinstance(v, str) and v for k, v in self.templates.items()
         ):
@@ -188,11 +196,13 @@ class Mask:
                 outputs.append(index)
             else:
                 calls[key] = index
+        result, result_keys = list(items), list(keys)
+        if self.trim_replies:
+            self._trim_replies(items, keys, result, result_keys)
         if not outputs:
-            return list(items), list(keys)
+            return result, result_keys
         boundary = self._protected_from(items, outputs)
         older = [index for index in outputs if index < boundary]
-        result, result_keys = list(items), list(keys)
         for position, index in enumerate(older[: self._stepped(items, older)]):
             item = items[index]
             key = pair_key(item)
@@ -203,6 +213,30 @@ class Mask:
                 if masked is not None:
                     result[index], result_keys[index] = masked
         return result, result_keys
+
+    def _trim_replies(
+        self,
+        items: Sequence[Item],
+        keys: Sequence[bytes | None],
+        result: list[Any],
+        result_keys: list[bytes | None],
+    ) -> None:
+        """Replies before the protected turns, trimmed in ``result`` (in place)."""
+        turns = [s for s in split_turns(items) if is_user_message(items[s.start])]
+        if len(turns) < max(self.keep_last_turns, 1):
+            return
+        for index in range(turns[-max(self.keep_last_turns, 1)].start):
+            item = items[index]
+            text = item.get("content")
+            if item.get("role") != "assistant" or not isinstance(text, str):
+                continue  # only plain-text replies: structured content stays as written
+            key = key_of(item, keys[index])
+            short = cache.get_or_put(
+                ("trimmed reply", key), lambda: replies.trimmed_reply(text), weight=len(text)
+            )
+            if short is not None:
+                result[index] = {**item, "content": short}
+                result_keys[index] = keyed_by(key, short, b"trimmed reply")
 
     def _used_after(
         self, items: Sequence[Item], outputs: list[int], position: int, index: int
