@@ -28,7 +28,7 @@ from collections.abc import Iterator, Mapping, Sequence
 
 from memstack.errors import ConfigurationError
 
-__all__ = ["field_parts", "field_table", "json_parts"]
+__all__ = ["field_parts", "field_runs", "field_table", "json_parts"]
 
 _DECODER = json.JSONDecoder()
 _SPACE = " \t\n\r"
@@ -47,6 +47,10 @@ def _end(text: str, at: int) -> int:
 
 def json_parts(text: str, *, width: int = 160) -> list[tuple[str, str]]:
     """``(path, verbatim text)`` of each part of the JSON ``text`` (module docstring)."""
+    return [(path, text[begin:end]) for path, begin, end in _spans(text, width)]
+
+
+def _spans(text: str, width: int) -> list[tuple[str, int, int]]:
     start = _skip(text, 0)
     if start >= len(text) or text[start] not in "{[":
         return []
@@ -58,7 +62,7 @@ def json_parts(text: str, *, width: int = 160) -> list[tuple[str, str]]:
         return []
 
 
-def _members(text: str, at: int, path: str, width: int) -> Iterator[tuple[str, str]]:
+def _members(text: str, at: int, path: str, width: int) -> Iterator[tuple[str, int, int]]:
     """The parts of the object or array at ``text[at]``."""
     closing = "}" if text[at] == "{" else "]"
     at = _skip(text, at + 1)
@@ -75,7 +79,7 @@ def _members(text: str, at: int, path: str, width: int) -> Iterator[tuple[str, s
         value = at
         at = _end(text, value)
         if at - begin <= width or text[value] not in "{[":
-            yield name, text[begin:at]
+            yield name, begin, at
         else:
             yield from _members(text, value, name, width)
         at = _skip(text, at)
@@ -86,9 +90,29 @@ def _members(text: str, at: int, path: str, width: int) -> Iterator[tuple[str, s
 
 def field_parts(text: str, fields: Sequence[str], *, width: int = 160) -> list[tuple[str, str]]:
     """The parts of ``text`` at or under one of ``fields`` (``flights``, ``name.first``)."""
+    return [(path, text[begin:end]) for path, begin, end in _field_spans(text, fields, width)]
+
+
+def field_runs(text: str, fields: Sequence[str], *, width: int = 160) -> list[str]:
+    """``field_parts``, with parts that stood side by side joined as they were written.
+
+        >>> field_runs('{"id": "4WQ150", "origin": "JFK", "destination": "SEA", "seats": 3}',
+        ...            ["origin", "destination"])
+        ['"origin": "JFK", "destination": "SEA"']
+    """
+    runs: list[tuple[int, int]] = []
+    for _, begin, end in _field_spans(text, fields, width):
+        if runs and not text[runs[-1][1] : begin].strip(_SPACE + ","):
+            runs[-1] = (runs[-1][0], end)  # only a separator between: one stretch
+        else:
+            runs.append((begin, end))
+    return [text[begin:end] for begin, end in runs]
+
+
+def _field_spans(text: str, fields: Sequence[str], width: int) -> list[tuple[str, int, int]]:
     return [
-        (path, part)
-        for path, part in json_parts(text, width=width)
+        (path, begin, end)
+        for path, begin, end in _spans(text, width)
         if any(path == f or path.startswith((f + ".", f + "[")) for f in fields)
     ]
 

@@ -346,9 +346,9 @@ class Mask:
         if wanted and output is not None:
             raw = output.get("output")
             full = raw if isinstance(raw, str) else json.dumps(raw, ensure_ascii=False)
-            parts = json_parts.field_parts(full, wanted)
-            if parts:
-                text = f"{text} Kept from it, verbatim:\n" + "\n".join(p for _, p in parts)
+            runs = json_parts.field_runs(full, wanted)
+            if runs:
+                text = f"{text} Kept from it, verbatim:\n" + "\n".join(runs)
         if self.excerpt and output is not None:
             raw = output.get("output")
             full = raw if isinstance(raw, str) else json.dumps(raw, ensure_ascii=False)
