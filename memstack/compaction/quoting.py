@@ -74,36 +74,20 @@ class QuotingSummarizer:
         *,
         counter: ItemCounter | None = None,
         line_chars: int = 160,
-        unused_weight: float = 0.0,
         keep_fields: Mapping[str, Sequence[str]] | None = None,
     ) -> None:
         if isinstance(line_chars, bool) or not isinstance(line_chars, int) or line_chars < 40:
             raise ConfigurationError(
                 f"line_chars must be an int >= 40, got {line_chars!r}", layer="QuotingSummarizer"
             )
-        if (
-            isinstance(unused_weight, bool)
-            or not isinstance(unused_weight, int | float)
-            or not 0 <= unused_weight <= 1
-        ):
-            raise ConfigurationError(
-                f"unused_weight must be a number from 0 to 1, got {unused_weight!r}",
-                layer="QuotingSummarizer",
-            )
         self.counter: ItemCounter = counter if counter is not None else TokenCounter()
         self.line_chars = line_chars
-        self.unused_weight = float(unused_weight)
         self.keep_fields = field_table(keep_fields, owner="QuotingSummarizer")
 
     async def summarize(self, request: SummaryRequest) -> str:
         candidates = self._candidates(request)
         previous = sum(1 for line in (request.previous or "").splitlines() if line.strip())
         weights = self._weights(request.items)
-        if self.unused_weight:  # names in tool outputs the agent has not used (yet)
-            for item in request.items:
-                if is_output(item):
-                    for name in salient_tokens(_item_text(item)):
-                        weights.setdefault(name, self.unused_weight)
         if self.keep_fields:
             for name in self._field_names(request.items):
                 weights[name] = max(weights.get(name, 0.0), 1.0)
@@ -213,8 +197,8 @@ class QuotingSummarizer:
         return self.counter.count_item({"content": text})
 
     def __repr__(self) -> str:
-        unused = f", unused_weight={self.unused_weight:g}" if self.unused_weight else ""
-        return f"QuotingSummarizer(line_chars={self.line_chars}{unused})"
+        fields = f", keep_fields={dict(self.keep_fields)!r}" if self.keep_fields else ""
+        return f"QuotingSummarizer(line_chars={self.line_chars}{fields})"
 
 
 def _with_neighbours(quoted: str, lines: Sequence[str], number: int) -> str:

@@ -27,7 +27,7 @@ from memstack.compaction.salient import salient_tokens
 __all__ = ["SHORT", "trimmed_reply"]
 
 #: A kept sentence shorter than this brings its successor along.
-SHORT = 72
+SHORT = 24
 #: Longest sentence kept when a reply holds no name at all.
 FIRST = 160
 _GAP = "…"
