@@ -52,7 +52,7 @@ import memstack.compaction.excerpts as excerpts
 import memstack.compaction.json_parts as json_parts
 import memstack.compaction.replies as replies
 from memstack.compaction.salient import occurs, salient_tokens
-from memstack.content_keys import key_of, keyed_by
+from memstack.content_keys import derived_key, key_of, keyed_by
 from memstack.errors import ConfigurationError
 from memstack.history import is_user_message, item_type, pair_key, split_turns
 
@@ -227,16 +227,17 @@ class Mask:
             return
         for index in range(turns[-max(self.keep_last_turns, 1)].start):
             item = items[index]
-            text = item.get("content")
-            if item.get("role") != "assistant" or not isinstance(text, str):
-                continue  # only plain-text replies: structured content stays as written
+            if item.get("role") != "assistant":
+                continue
             key = key_of(item, keys[index])
             short = cache.get_or_put(
-                ("trimmed reply", key), lambda: replies.trimmed_reply(text), weight=len(text)
+                ("trimmed reply", key),
+                lambda item=item: replies.trimmed_message(item),  # type: ignore[misc]
+                weight=256,
             )
             if short is not None:
-                result[index] = {**item, "content": short}
-                result_keys[index] = keyed_by(key, short, b"trimmed reply")
+                result[index] = short
+                result_keys[index] = derived_key(key, b"trimmed reply")
 
     def _used_after(
         self, items: Sequence[Item], outputs: list[int], position: int, index: int
@@ -307,6 +308,8 @@ class Mask:
         size = len(text) if isinstance(text, str) else len(json.dumps(text, default=str))
         if size < self.min_chars:
             return None
+        if isinstance(text, str) and text.startswith(self.placeholder(call)):
+            return None  # masked already (an in-run filter sees the session's view again)
         # Every read masks the same old outputs again: kept by what the text depends on.
         out = key_of(output, output_key)
         by_text = self.keep_names or self.excerpt or tool in self.keep_fields

@@ -21,10 +21,12 @@ prompt prefix stays byte-stable).
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
+from typing import Any
 
 from memstack.compaction.salient import salient_tokens
 
-__all__ = ["SHORT", "trimmed_reply"]
+__all__ = ["SHORT", "trimmed_message", "trimmed_reply"]
 
 #: A kept sentence shorter than this brings its successor along.
 SHORT = 24
@@ -60,3 +62,31 @@ def trimmed_reply(text: str) -> str | None:
     if not keep[-1]:
         out += f" {_GAP}"
     return out if len(out) < len(text) else None
+
+
+def trimmed_message(item: Mapping[str, Any]) -> dict[str, Any] | None:
+    """An assistant message with its text trimmed (``trimmed_reply``); None when it stays.
+
+    The content is a string (as stored by hand) or a list of parts (as the Agents SDK
+    stores a model's message: ``{"type": "output_text", "text": …}``); every text part is
+    trimmed on its own and every other field is kept, so the item stays a valid input.
+    """
+    if item.get("role") != "assistant":
+        return None
+    content = item.get("content")
+    if isinstance(content, str):
+        short = trimmed_reply(content)
+        return None if short is None else {**item, "content": short}
+    if not isinstance(content, list):
+        return None
+    parts: list[Any] = []
+    changed = False
+    for part in content:
+        text = part.get("text") if isinstance(part, Mapping) else None
+        short = trimmed_reply(text) if isinstance(text, str) else None
+        if short is None:
+            parts.append(part)
+        else:
+            parts.append({**part, "text": short})
+            changed = True
+    return {**item, "content": parts} if changed else None
