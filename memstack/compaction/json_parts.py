@@ -96,9 +96,9 @@ def field_parts(text: str, fields: Sequence[str], *, width: int = 160) -> list[t
 def field_runs(text: str, fields: Sequence[str], *, width: int = 160) -> list[str]:
     """``field_parts``, with parts that stood side by side joined as they were written.
 
-        >>> field_runs('{"id": "4WQ150", "origin": "JFK", "destination": "SEA", "seats": 3}',
-        ...            ["origin", "destination"])
-        ['"origin": "JFK", "destination": "SEA"']
+    >>> field_runs('{"id": "4WQ150", "origin": "JFK", "destination": "SEA", "seats": 3}',
+    ...            ["origin", "destination"])
+    ['"origin": "JFK", "destination": "SEA"']
     """
     runs: list[tuple[int, int]] = []
     for _, begin, end in _field_spans(text, fields, width):

@@ -253,9 +253,11 @@ def test_keep_fields_quotes_a_json_answers_key_fields_verbatim() -> None:
     assert "Pine Lane" not in placeholder and "chen_jackson_3290" not in placeholder
     assert not history_problems(masked)
     # the newest turn is protected; another tool's answer gets the plain placeholder
-    assert Mask(keep_last_turns=1, keep_fields={"other_tool": ["x"]}).apply(support_chat())[2][
-        "output"
-    ].endswith("call it again if needed]")
+    assert (
+        Mask(keep_last_turns=1, keep_fields={"other_tool": ["x"]})
+        .apply(support_chat())[2]["output"]
+        .endswith("call it again if needed]")
+    )
 
 
 def test_trim_replies_trims_replies_before_the_protected_turns_only() -> None:
