@@ -49,8 +49,10 @@ from typing import Any
 
 import memstack.cache as cache
 import memstack.compaction.excerpts as excerpts
+import memstack.compaction.json_parts as json_parts
+import memstack.compaction.replies as replies
 from memstack.compaction.salient import occurs, salient_tokens
-from memstack.content_keys import key_of, keyed_by
+from memstack.content_keys import derived_key, key_of, keyed_by
 from memstack.errors import ConfigurationError
 from memstack.history import is_user_message, item_type, pair_key, split_turns
 
@@ -112,6 +114,12 @@ class Mask:
     #: Characters of the output's lines quoted in its placeholder: the lines holding names
     #: the agent used after reading it (``memstack.compaction.excerpts``; 0: none).
     excerpt: int = 0
+    #: Per tool, the fields of its JSON answer quoted verbatim in the placeholder
+    #: (``{"get_order": ["items", "payment"]}``; ``memstack.compaction.json_parts``).
+    keep_fields: Mapping[str, Sequence[str]] = field(default_factory=dict)
+    #: Assistant replies older than the protected turns keep only their sentences that
+    #: hold names, verbatim (``memstack.compaction.replies``).
+    trim_replies: bool = False
     #: What a placeholder depends on besides the output and its call (cache keys).
     _way: tuple[Any, ...] = field(init=False, repr=False, compare=False)
 
@@ -131,6 +139,10 @@ class Mask:
             raise ConfigurationError("step must be an int >= 1, got 0", layer="Mask")
         _nonnegative_int("keep_names", self.keep_names)
         _nonnegative_int("excerpt", self.excerpt)
+        if not isinstance(self.trim_replies, bool):
+            raise ConfigurationError(
+                f"trim_replies must be true or false, got {self.trim_replies!r}", layer="Mask"
+            )
         if not isinstance(self.templates, Mapping) or not all(
             isinstance(k, str) and isinstance(v, str) and v for k, v in self.templates.items()
         ):
@@ -140,6 +152,8 @@ class Mask:
         if not isinstance(self.default_template, str) or not self.default_template:
             raise ConfigurationError("default_template must be a non-empty string", layer="Mask")
         object.__setattr__(self, "templates", MappingProxyType(dict(self.templates)))
+        table = json_parts.field_table(self.keep_fields, owner="Mask")
+        object.__setattr__(self, "keep_fields", MappingProxyType(dict(table)))
         object.__setattr__(self, "tools", _names("tools", self.tools))
         object.__setattr__(self, "exclude_tools", _names("exclude_tools", self.exclude_tools))
         way = tuple(
@@ -182,11 +196,13 @@ class Mask:
                 outputs.append(index)
             else:
                 calls[key] = index
+        result, result_keys = list(items), list(keys)
+        if self.trim_replies:
+            self._trim_replies(items, keys, result, result_keys)
         if not outputs:
-            return list(items), list(keys)
+            return result, result_keys
         boundary = self._protected_from(items, outputs)
         older = [index for index in outputs if index < boundary]
-        result, result_keys = list(items), list(keys)
         for position, index in enumerate(older[: self._stepped(items, older)]):
             item = items[index]
             key = pair_key(item)
@@ -197,6 +213,31 @@ class Mask:
                 if masked is not None:
                     result[index], result_keys[index] = masked
         return result, result_keys
+
+    def _trim_replies(
+        self,
+        items: Sequence[Item],
+        keys: Sequence[bytes | None],
+        result: list[Any],
+        result_keys: list[bytes | None],
+    ) -> None:
+        """Replies before the protected turns, trimmed in ``result`` (in place)."""
+        turns = [s for s in split_turns(items) if is_user_message(items[s.start])]
+        if len(turns) < max(self.keep_last_turns, 1):
+            return
+        for index in range(turns[-max(self.keep_last_turns, 1)].start):
+            item = items[index]
+            if item.get("role") != "assistant":
+                continue
+            key = key_of(item, keys[index])
+            short = cache.get_or_put(
+                ("trimmed reply", key),
+                lambda item=item: replies.trimmed_message(item),  # type: ignore[misc]
+                weight=256,
+            )
+            if short is not None:
+                result[index] = short
+                result_keys[index] = derived_key(key, b"trimmed reply")
 
     def _used_after(
         self, items: Sequence[Item], outputs: list[int], position: int, index: int
@@ -267,9 +308,11 @@ class Mask:
         size = len(text) if isinstance(text, str) else len(json.dumps(text, default=str))
         if size < self.min_chars:
             return None
+        if isinstance(text, str) and text.startswith(self.placeholder(call)):
+            return None  # masked already (an in-run filter sees the session's view again)
         # Every read masks the same old outputs again: kept by what the text depends on.
         out = key_of(output, output_key)
-        by_text = self.keep_names or self.excerpt
+        by_text = self.keep_names or self.excerpt or tool in self.keep_fields
         slot = (*self._way, key_of(call, call_key), out if by_text else size, used)
         placeholder = cache.get_or_put(
             slot,
@@ -302,6 +345,13 @@ class Mask:
         )
         template = self.templates.get(tool, self.default_template)
         text = _FIELD.sub(lambda m: fields.get(m.group(1), m.group(0)), template)
+        wanted = self.keep_fields.get(tool)
+        if wanted and output is not None:
+            raw = output.get("output")
+            full = raw if isinstance(raw, str) else json.dumps(raw, ensure_ascii=False)
+            runs = json_parts.field_runs(full, wanted)
+            if runs:
+                text = f"{text} Kept from it, verbatim:\n" + "\n".join(runs)
         if self.excerpt and output is not None:
             raw = output.get("output")
             full = raw if isinstance(raw, str) else json.dumps(raw, ensure_ascii=False)

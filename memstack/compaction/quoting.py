@@ -37,6 +37,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from memstack.compaction.excerpts import agent_text, used_names
+from memstack.compaction.json_parts import field_parts, field_table, json_parts
 from memstack.compaction.render import message_text
 from memstack.compaction.salient import salient_tokens
 from memstack.compaction.summarizer import SummaryRequest
@@ -68,18 +69,28 @@ def _clip(line: str, names: Sequence[str], width: int) -> str:
 class QuotingSummarizer:
     """Summarises without a model: the lines that hold the names the agent used, verbatim."""
 
-    def __init__(self, *, counter: ItemCounter | None = None, line_chars: int = 160) -> None:
+    def __init__(
+        self,
+        *,
+        counter: ItemCounter | None = None,
+        line_chars: int = 160,
+        keep_fields: Mapping[str, Sequence[str]] | None = None,
+    ) -> None:
         if isinstance(line_chars, bool) or not isinstance(line_chars, int) or line_chars < 40:
             raise ConfigurationError(
                 f"line_chars must be an int >= 40, got {line_chars!r}", layer="QuotingSummarizer"
             )
         self.counter: ItemCounter = counter if counter is not None else TokenCounter()
         self.line_chars = line_chars
+        self.keep_fields = field_table(keep_fields, owner="QuotingSummarizer")
 
     async def summarize(self, request: SummaryRequest) -> str:
         candidates = self._candidates(request)
         previous = sum(1 for line in (request.previous or "").splitlines() if line.strip())
         weights = self._weights(request.items)
+        if self.keep_fields:
+            for name in self._field_names(request.items):
+                weights[name] = max(weights.get(name, 0.0), 1.0)
         for item in request.kept:  # shown verbatim after the summary: no need to quote
             for name in salient_tokens(_any_text(item)):
                 weights.pop(name, None)
@@ -94,8 +105,20 @@ class QuotingSummarizer:
         for line in (request.previous or "").splitlines():
             if line.strip():
                 out.append((salient_tokens(line), line))
+        labels: dict[object, str] = {}
         for item in request.items:
             mark, text = _marked(item)
+            key = pair_key(item)
+            if key is not None and not is_output(item):
+                labels[key] = _label(item)
+            parts = json_parts(text, width=self.line_chars) if is_output(item) else []
+            if parts:
+                label = labels.get(key, "")
+                for path, part in parts:
+                    names = salient_tokens(part)
+                    if names:
+                        out.append((names, f"{mark}{_where(label, path, part)}{part}"))
+                continue
             lines = [line for line in text.splitlines() if line.strip()]
             for number, line in enumerate(lines):
                 names = salient_tokens(line)
@@ -103,6 +126,19 @@ class QuotingSummarizer:
                     quoted = _clip(line, names, self.line_chars)
                     out.append((names, mark + _with_neighbours(quoted, lines, number)))
         return out
+
+    def _field_names(self, items: Sequence[Item]) -> list[str]:
+        tools: dict[object, str] = {}
+        names: list[str] = []
+        for item in items:
+            key = pair_key(item)
+            if key is not None and not is_output(item):
+                tools[key] = str(item.get("name") or "")
+            elif key is not None and tools.get(key) in self.keep_fields:
+                wanted = self.keep_fields[tools[key]]
+                for _, part in field_parts(_item_text(item), wanted, width=self.line_chars):
+                    names.extend(salient_tokens(part))
+        return names
 
     def _weights(self, items: Sequence[Item]) -> dict[str, float]:
         """Each name's worth: 1 for the previous summary's, up to 2 for the newest used."""
@@ -161,7 +197,8 @@ class QuotingSummarizer:
         return self.counter.count_item({"content": text})
 
     def __repr__(self) -> str:
-        return f"QuotingSummarizer(line_chars={self.line_chars})"
+        fields = f", keep_fields={dict(self.keep_fields)!r}" if self.keep_fields else ""
+        return f"QuotingSummarizer(line_chars={self.line_chars}{fields})"
 
 
 def _with_neighbours(quoted: str, lines: Sequence[str], number: int) -> str:
@@ -203,3 +240,17 @@ def _marked(item: Item) -> tuple[str, str]:
     if pair_key(item) is not None and not is_output(item):
         return "$ ", agent_text(item)
     return "  | ", _item_text(item)
+
+
+def _label(call: Item) -> str:
+    """A short name for a call's answer: the tool and its first argument's value."""
+    name = str(call.get("name") or item_type(call))
+    first = agent_text(call).split("\n", 1)[0]
+    return f"{name} {first[:40]}".strip()
+
+
+def _where(label: str, path: str, part: str) -> str:
+    """What a JSON part belongs to: ``get_reservation_details 4WQ150 flights[0]: ``."""
+    parent = path.rpartition(".")[0] if part.startswith('"') else path  # a member names itself
+    where = " ".join(s for s in (label, parent) if s)
+    return f"{where}: " if where else ""

@@ -215,3 +215,108 @@ def test_a_masked_outputs_key_names_what_it_holds(keep_names: int) -> None:
                 assert key is not None
                 assert seen.setdefault(key, dict(item)) == item
             assert masked_keys != keys  # some outputs were masked, with keys of their own
+
+
+SUPPORT_FIELDS = {"get_reservation_details": ["flights", "payment_history"]}
+RESERVATION = json.dumps(
+    {
+        "reservation_id": "4WQ150",
+        "user_id": "chen_jackson_3290",
+        "address": "901 Pine Lane, Suite 360, Houston, TX 77271 " * 3,
+        "flights": [{"flight_number": "HAT001", "date": "2024-05-01", "price": 120}],
+        "payment_history": [{"payment_id": "credit_card_4421486", "amount": 120}],
+    }
+)
+LONG_REPLY = (
+    "Thanks for waiting while I looked everything up for you in our systems today. "
+    "Your flight HAT001 departs on 2024-05-01 and the fare was $120. "
+    "Please let me know whether there is anything else I can help you with at all."
+)
+
+
+def support_chat() -> list[dict[str, Any]]:
+    return [
+        {"role": "user", "content": "Which flight is on reservation 4WQ150?"},
+        call("r1", "get_reservation_details", reservation_id="4WQ150"),
+        output("r1", RESERVATION),
+        {"role": "assistant", "content": LONG_REPLY},
+        {"role": "user", "content": "Thanks. Can I add a bag?"},
+    ]
+
+
+def test_keep_fields_quotes_a_json_answers_key_fields_verbatim() -> None:
+    masked = Mask(keep_last_turns=1, keep_fields=SUPPORT_FIELDS).apply(support_chat())
+    placeholder = masked[2]["output"]
+    assert placeholder.startswith("[Output of get_reservation_details(")
+    assert '{"flight_number": "HAT001", "date": "2024-05-01", "price": 120}' in placeholder
+    assert '"payment_history": [{"payment_id": "credit_card_4421486"' in placeholder
+    assert "Pine Lane" not in placeholder and "chen_jackson_3290" not in placeholder
+    assert not history_problems(masked)
+    # the newest turn is protected; another tool's answer gets the plain placeholder
+    assert (
+        Mask(keep_last_turns=1, keep_fields={"other_tool": ["x"]})
+        .apply(support_chat())[2]["output"]
+        .endswith("call it again if needed]")
+    )
+
+
+def test_trim_replies_trims_replies_before_the_protected_turns_only() -> None:
+    items = support_chat()
+    trimmed = Mask(keep_last_turns=1, trim_replies=True).apply(items)
+    assert trimmed[3]["content"] == (
+        "… Your flight HAT001 departs on 2024-05-01 and the fare was $120. …"
+    )
+    assert items[3]["content"] == LONG_REPLY  # the input is untouched
+    # in the protected turn, the reply stays whole
+    assert Mask(keep_last_turns=2, trim_replies=True).apply(items)[3]["content"] == LONG_REPLY
+    assert Mask(keep_last_turns=1).apply(items)[3]["content"] == LONG_REPLY  # off by default
+
+
+def test_trimmed_replies_and_kept_fields_read_the_same_at_every_later_call() -> None:
+    mask = Mask(keep_last_turns=1, trim_replies=True, keep_fields=SUPPORT_FIELDS)
+    first = mask.apply(support_chat())
+    later = mask.apply([*support_chat(), {"role": "assistant", "content": "Sure: HAT001."}])
+    assert later[: len(first)] == first  # the prompt prefix stays byte-stable
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"keep_fields": {"get_order": "items"}}, "keep_fields"),
+        ({"keep_fields": ["items"]}, "keep_fields"),
+        ({"trim_replies": "yes"}, "trim_replies"),
+    ],
+)
+def test_keep_fields_and_trim_replies_are_checked(options: dict[str, Any], message: str) -> None:
+    with pytest.raises(ConfigurationError, match=message):
+        Mask(**options)
+
+
+def test_trim_replies_trims_the_sdks_structured_messages_too() -> None:
+    items = support_chat()
+    items[3] = {
+        "id": "msg_2",
+        "type": "message",
+        "role": "assistant",
+        "status": "completed",
+        "content": [{"type": "output_text", "text": LONG_REPLY, "annotations": []}],
+    }
+    trimmed = Mask(keep_last_turns=1, trim_replies=True).apply(items)[3]
+    assert trimmed["content"] == [
+        {
+            "type": "output_text",
+            "text": "… Your flight HAT001 departs on 2024-05-01 and the fare was $120. …",
+            "annotations": [],
+        }
+    ]
+    assert {k: v for k, v in trimmed.items() if k != "content"} == {
+        k: v for k, v in items[3].items() if k != "content"
+    }
+
+
+def test_a_placeholder_with_kept_fields_is_not_masked_again() -> None:
+    # Found through the Runner: the in-run input filter masks the session's view again,
+    # and the kept fields were lost from outputs masked at an earlier turn.
+    mask = Mask(keep_last_turns=1, keep_fields=SUPPORT_FIELDS, trim_replies=True)
+    once = mask.apply(support_chat())
+    assert mask.apply(once) == once

@@ -152,3 +152,56 @@ def test_mask_excerpt_reads_the_same_at_every_later_call() -> None:
     assert all(view[2]["output"] == first for view in views)
     with pytest.raises(ConfigurationError, match="excerpt"):
         Mask(excerpt=-1)
+
+
+RESERVATION = json.dumps(
+    {
+        "reservation_id": "4WQ150",
+        "address": "901 Pine Lane, Suite 360, Houston, TX 77271",
+        "flights": [
+            {"flight_number": f"HAT{n:03}", "date": f"2024-05-{n:02}", "price": 100 + n}
+            for n in range(1, 4)
+        ],
+        "payment_history": [{"payment_id": "gift_card_8190333", "amount": 306}],
+    }
+)
+SUPPORT_RUN: list[Item] = [
+    {"role": "user", "content": "What is on my reservation 4WQ150?"},
+    {
+        "type": "function_call",
+        "call_id": "r1",
+        "name": "get_reservation_details",
+        "arguments": json.dumps({"reservation_id": "4WQ150"}),
+    },
+    output("r1", RESERVATION),
+    said("It has three flights."),
+]
+
+
+async def test_a_json_answer_is_quoted_by_its_parts_with_where_they_stood() -> None:
+    strategy = Summarize(
+        QuotingSummarizer(keep_fields={"get_reservation_details": ["flights", "payment_history"]}),
+        max_tokens=300,
+    )
+    [summary] = await strategy.compact([], SUPPORT_RUN)
+    text = str(summary["content"])
+    assert (
+        '  | get_reservation_details 4WQ150 flights[0]: {"flight_number": "HAT001", '
+        '"date": "2024-05-01", "price": 101}'
+    ) in text.splitlines()
+    assert '"payment_id": "gift_card_8190333"' in text
+    assert "Pine Lane" not in text  # not a key field, and the agent never used it
+    holder = normalized(RESERVATION)
+    for name in ("HAT003", "2024-05-02", "gift_card_8190333"):
+        assert shown_in_context(name, [holder], normalized(text)), name
+
+
+async def test_without_keep_fields_unused_json_parts_are_not_quoted() -> None:
+    text = await summary_of(SUPPORT_RUN)
+    assert "HAT002" not in text and "gift_card_8190333" not in text
+
+
+def test_keep_fields_is_checked_and_shown() -> None:
+    with pytest.raises(ConfigurationError, match="keep_fields"):
+        QuotingSummarizer(keep_fields={"get_order": "items"})
+    assert "keep_fields" in repr(QuotingSummarizer(keep_fields={"get_order": ["items"]}))

@@ -1,0 +1,136 @@
+"""The parts of a JSON tool output, each a stretch of the output exactly as it was written.
+
+    >>> from memstack.compaction.json_parts import json_parts
+    >>> text = ('{"reservation_id": "4WQ150", "flights": [{"flight_number": "HAT001", '
+    ...         '"date": "2024-05-01", "price": 120}, {"flight_number": "HAT002", '
+    ...         '"date": "2024-05-03", "price": 95}], "insurance": "no"}')
+    >>> for path, part in json_parts(text, width=80):
+    ...     print(path, "|", part)
+    reservation_id | "reservation_id": "4WQ150"
+    flights[0] | {"flight_number": "HAT001", "date": "2024-05-01", "price": 120}
+    flights[1] | {"flight_number": "HAT002", "date": "2024-05-03", "price": 95}
+    insurance | "insurance": "no"
+
+Why: a support tool answers in one line of JSON (a reservation, a user's profile, a list
+of flights), so a summariser that quotes *lines* can only quote the whole answer or a
+clipped stretch of it. Cut at the JSON's own seams instead, each part is a record the
+agent can read (one flight with its number, date and price), and it is the original
+text, byte for byte, so the prompt still quotes what the tool said. A member shorter
+than ``width`` characters is one part; a longer object or array is cut into its members
+(an array's elements keep their index in the path); a long string stays one part.
+Text that is not one JSON object or array gives no parts.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping, Sequence
+
+from memstack.errors import ConfigurationError
+
+__all__ = ["field_parts", "field_runs", "field_table", "json_parts"]
+
+_DECODER = json.JSONDecoder()
+_SPACE = " \t\n\r"
+
+
+def _skip(text: str, at: int) -> int:
+    while at < len(text) and text[at] in _SPACE:
+        at += 1
+    return at
+
+
+def _end(text: str, at: int) -> int:
+    """Where the JSON value starting at ``text[at]`` ends."""
+    return _DECODER.raw_decode(text, at)[1]
+
+
+def json_parts(text: str, *, width: int = 160) -> list[tuple[str, str]]:
+    """``(path, verbatim text)`` of each part of the JSON ``text`` (module docstring)."""
+    return [(path, text[begin:end]) for path, begin, end in _spans(text, width)]
+
+
+def _spans(text: str, width: int) -> list[tuple[str, int, int]]:
+    start = _skip(text, 0)
+    if start >= len(text) or text[start] not in "{[":
+        return []
+    try:
+        if _skip(text, _end(text, start)) != len(text):
+            return []  # JSON followed by something else: not a tool's JSON answer
+        return list(_members(text, start, "", width))
+    except ValueError:
+        return []
+
+
+def _members(text: str, at: int, path: str, width: int) -> Iterator[tuple[str, int, int]]:
+    """The parts of the object or array at ``text[at]``."""
+    closing = "}" if text[at] == "{" else "]"
+    at = _skip(text, at + 1)
+    index = 0
+    while at < len(text) and text[at] != closing:
+        begin = at
+        if closing == "}":
+            key, at = _DECODER.raw_decode(text, at)
+            at = _skip(text, at)
+            at = _skip(text, at + 1)  # the colon
+            name = f"{path}.{key}" if path else str(key)
+        else:
+            name = f"{path}[{index}]"
+        value = at
+        at = _end(text, value)
+        if at - begin <= width or text[value] not in "{[":
+            yield name, begin, at
+        else:
+            yield from _members(text, value, name, width)
+        at = _skip(text, at)
+        if at < len(text) and text[at] == ",":
+            at = _skip(text, at + 1)
+        index += 1
+
+
+def field_parts(text: str, fields: Sequence[str], *, width: int = 160) -> list[tuple[str, str]]:
+    """The parts of ``text`` at or under one of ``fields`` (``flights``, ``name.first``)."""
+    return [(path, text[begin:end]) for path, begin, end in _field_spans(text, fields, width)]
+
+
+def field_runs(text: str, fields: Sequence[str], *, width: int = 160) -> list[str]:
+    """``field_parts``, with parts that stood side by side joined as they were written.
+
+    >>> field_runs('{"id": "4WQ150", "origin": "JFK", "destination": "SEA", "seats": 3}',
+    ...            ["origin", "destination"])
+    ['"origin": "JFK", "destination": "SEA"']
+    """
+    runs: list[tuple[int, int]] = []
+    for _, begin, end in _field_spans(text, fields, width):
+        if runs and not text[runs[-1][1] : begin].strip(_SPACE + ","):
+            runs[-1] = (runs[-1][0], end)  # only a separator between: one stretch
+        else:
+            runs.append((begin, end))
+    return [text[begin:end] for begin, end in runs]
+
+
+def _field_spans(text: str, fields: Sequence[str], width: int) -> list[tuple[str, int, int]]:
+    return [
+        (path, begin, end)
+        for path, begin, end in _spans(text, width)
+        if any(path == f or path.startswith((f + ".", f + "[")) for f in fields)
+    ]
+
+
+def field_table(value: object, *, owner: str) -> Mapping[str, tuple[str, ...]]:
+    """``keep_fields`` checked: tool name -> the top-level (or dotted) fields to keep."""
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping) or not all(
+        isinstance(tool, str)
+        and not isinstance(paths, str)
+        and isinstance(paths, Sequence)
+        and all(isinstance(p, str) and p for p in paths)
+        for tool, paths in value.items()
+    ):
+        raise ConfigurationError(
+            "keep_fields must map tool names to lists of JSON field names, e.g. "
+            f'{{"get_order": ["items", "payment"]}}; got {value!r}',
+            layer=owner,
+        )
+    return {tool: tuple(paths) for tool, paths in value.items()}

@@ -1,0 +1,119 @@
+"""JSON answers cut at their own seams (json_parts) and old replies trimmed (replies)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from memstack.bench.in_context import normalized, shown_in_context
+from memstack.compaction.json_parts import field_parts, field_runs, field_table, json_parts
+from memstack.compaction.replies import trimmed_reply
+from memstack.errors import ConfigurationError
+
+RESERVATION = json.dumps(
+    {
+        "reservation_id": "4WQ150",
+        "user_id": "chen_jackson_3290",
+        "flights": [
+            {"origin": "JFK", "destination": "SEA", "flight_number": "HAT001", "date": "2024-05-01",
+             "price": 120},
+            {"origin": "SEA", "destination": "JFK", "flight_number": "HAT002", "date": "2024-05-03",
+             "price": 95},
+        ],
+        "payment_history": [{"payment_id": "credit_card_4421486", "amount": 215}],
+        "insurance": "no",
+    }
+)  # fmt: skip
+
+
+def test_every_part_is_the_original_text_and_together_they_cover_the_answer() -> None:
+    parts = json_parts(RESERVATION, width=120)
+    assert [path for path, _ in parts] == [
+        "reservation_id",
+        "user_id",
+        "flights[0]",
+        "flights[1]",
+        "payment_history",
+        "insurance",
+    ]
+    assert all(part in RESERVATION for _, part in parts)
+    # what no part holds: separators, and the key of the member that was cut up
+    rest = _without(RESERVATION, [p for _, p in parts]).replace('"flights": ', "")
+    assert set(rest) <= set(" ,{}[]")
+
+
+def _without(text: str, parts: list[str]) -> str:
+    for part in parts:
+        text = text.replace(part, "", 1)
+    return text
+
+
+def test_a_long_member_is_cut_into_its_members_and_a_long_string_stays_whole() -> None:
+    text = json.dumps({"notes": "x" * 300, "seats": {"economy": 3, "business": 1}})
+    assert json_parts(text, width=20) == [
+        ("notes", f'"notes": "{"x" * 300}"'),
+        ("seats.economy", '"economy": 3'),
+        ("seats.business", '"business": 1'),
+    ]
+
+
+@pytest.mark.parametrize("text", ["", "Transfer successful", "12.0", '{"a": 1} trailing', "{oops"])
+def test_text_that_is_not_one_json_object_or_array_has_no_parts(text: str) -> None:
+    assert json_parts(text) == []
+
+
+def test_a_top_level_list_gives_one_part_per_element() -> None:
+    flights = json.dumps([{"flight_number": f"HAT{n:03}", "price": 100 + n} for n in range(3)])
+    assert [path for path, _ in json_parts(flights)] == ["[0]", "[1]", "[2]"]
+
+
+def test_kept_fields_are_shown_in_context_and_the_rest_is_left_out() -> None:
+    runs = field_runs(RESERVATION, ["flights", "payment_history"], width=120)
+    kept = "\n".join(runs)
+    assert "chen_jackson_3290" not in kept and "insurance" not in kept
+    holder = normalized(RESERVATION)
+    for token in ("HAT001", "2024-05-03", "credit_card_4421486", "215"):
+        assert shown_in_context(token, [holder], normalized(kept)), token
+    # the two flights stood side by side: one stretch, as written
+    assert len(runs) == 2 and all(run in RESERVATION for run in runs)
+    assert runs[0].count("flight_number") == 2
+    assert [p for p, _ in field_parts(RESERVATION, ["flights"], width=120)] == [
+        "flights[0]",
+        "flights[1]",
+    ]
+
+
+def test_the_field_table_is_checked() -> None:
+    assert field_table({"get_order": ["items"]}, owner="Mask") == {"get_order": ("items",)}
+    assert field_table(None, owner="Mask") == {}
+    for bad in ({"get_order": "items"}, ["items"], {"get_order": [""]}, {"get_order": [1]}):
+        with pytest.raises(ConfigurationError, match="keep_fields"):
+            field_table(bad, owner="Mask")
+
+
+REPLY = (
+    "Thank you for your patience! I have looked into everything for you. "
+    "Your flight HAT056 from EWR to IAH departs on 2024-05-25 and costs $155.\n\n"
+    "- **Reservation ID**: FQ8APE\n"
+    "- **Cabin**: Economy\n\n"
+    "If you need further assistance or have any other requests, please let me know!"
+)
+
+
+def test_a_trimmed_reply_keeps_the_sentences_with_names_verbatim() -> None:
+    short = trimmed_reply(REPLY)
+    assert short is not None and len(short) < len(REPLY) / 1.5
+    assert "Thank you for your patience" not in short and "let me know" not in short
+    holder = normalized(REPLY)
+    for token in ("HAT056", "2024-05-25", "FQ8APE"):
+        assert shown_in_context(token, [holder], normalized(short)), token
+    assert short.startswith("… ") and short.endswith(" …")
+
+
+def test_a_reply_without_names_keeps_its_first_sentence_and_a_short_one_stays() -> None:
+    assert trimmed_reply("I cannot change that. Anything else I can do for you today?") == (
+        "I cannot change that. …"
+    )
+    assert trimmed_reply("Done: HAT001 is booked.") is None  # nothing would go
+    assert trimmed_reply("") is None
