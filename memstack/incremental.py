@@ -3,12 +3,12 @@
     >>> from memstack import incremental
     >>> seen = []
     >>> def read(keys, values):
-    ...     results = incremental.previous(("demo", "s1"), keys)
+    ...     results = incremental.previous(("demo reads", "s1"), keys)
     ...     for index, result in enumerate(results):
     ...         if result is incremental.MISSING:
     ...             seen.append(values[index])
     ...             results[index] = 2 * values[index]
-    ...     incremental.keep(("demo", "s1"), keys, results)
+    ...     incremental.keep(("demo reads", "s1"), keys, results)
     ...     return results
     >>> read([b"k1", b"k2"], [1, 2]), read([b"k1", b"k2", b"k3"], [1, 2, 3]), seen
     ([2, 4], [2, 4, 6], [1, 2, 3])
