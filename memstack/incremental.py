@@ -41,8 +41,10 @@ import memstack.cache as cache
 __all__ = ["MISSING", "keep", "previous", "previous_with"]
 
 MISSING: Any = cache.MISSING  # a position whose result the last read did not give
-# What a kept read costs beyond the rows it names: two list slots per row, and the tuple.
-_WEIGHT_PER_ROW = 16
+# What a kept read holds of its own per row: two list slots, and a result's own objects
+# (a tuple of two, a derived 16-byte key: about 120 bytes); the rows' values are the
+# process cache's already.
+_WEIGHT_PER_ROW = 128
 
 
 def previous(slot: tuple[Hashable, ...], keys: Sequence[Hashable | None]) -> list[Any]:
