@@ -60,7 +60,7 @@ async def newest_rows(
     left out keep it short.
     """
     window = n
-    slot = ("rows read", store, session_id)
+    slot = ("rows read", store, session_id, skip)  # what a row left out depends on too
     while True:
         rows = await fetch(window)
         texts = [text for _, text in reversed(rows)]
