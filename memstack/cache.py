@@ -9,8 +9,9 @@
 
 Stacks are built per request in a server and thousands live in one process, so nothing
 that makes a read fast may belong to one stack: parsed rows, opened envelopes, token
-counts and masked outputs are kept here, least recently used first out, within
-``max_bytes`` (64 MiB by default; ``configure``, or ``[cache] max_bytes`` in a recipe).
+counts, masked outputs and each session's last read (``memstack.incremental``) are kept
+here, least recently used first out, within ``max_bytes`` (64 MiB by default;
+``configure``, or ``[cache] max_bytes`` in a recipe).
 Every key says what makes its entry trustworthy: a stored row's entry answers only for
 the same text, an opened envelope's only under the same derived session key (see
 ``memstack.crypto.envelope``), a count only for the same content key. Failures are never

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from tiktoken.model import encoding_name_for_model
 
 import memstack.cache as cache
+import memstack.incremental as incremental
 from memstack.content_keys import content_key, key_of
 from memstack.errors import ConfigurationError
 from memstack.history import PINNED_MARKER
@@ -111,19 +112,39 @@ def _canonical_digest(item: Mapping[str, Any]) -> bytes:
 
 
 def counts(
-    counter: ItemCounter, items: Sequence[Mapping[str, Any]], keys: Sequence[bytes | None]
+    counter: ItemCounter,
+    items: Sequence[Mapping[str, Any]],
+    keys: Sequence[bytes | None],
+    *,
+    session_id: str | None = None,
 ) -> Callable[[int], int]:
     """``index -> tokens of items[index]``, looked up by the content keys a read knows.
 
     A ``TokenCounter``'s counts live in the process cache (``memstack.cache``), keyed by
     its way of counting and the item's key, so a stack built per request, and a window
-    and a compaction of one stack, count an item once. Another counter (a subclass too:
-    it may count otherwise) is asked each time.
+    and a compaction of one stack, count an item once. With ``session_id``, the counts
+    of this session's last such read line up with these keys first
+    (``memstack.incremental``): only new items are looked up. Another counter (a
+    subclass too: it may count otherwise) is asked each time.
     """
     if type(counter) is not TokenCounter:
         return lambda index: counter.count_item(items[index])
     tokens = counter.count_keyed
-    return lambda index: tokens(items[index], keys[index])
+    if session_id is None:
+        return lambda index: tokens(items[index], keys[index])
+    slot = ("view counts", *counter.way, session_id)
+    known = incremental.previous(slot, keys)
+    # Kept now and filled in as the read counts (lazily, from the newest item back):
+    # each count is the pure function of its key that any reader would find.
+    incremental.keep(slot, keys, known, shared=True)
+
+    def count(index: int) -> int:
+        found = known[index]
+        if found is incremental.MISSING:
+            found = known[index] = tokens(items[index], keys[index])
+        return found  # type: ignore[no-any-return]
+
+    return count
 
 
 class TokenCounter:

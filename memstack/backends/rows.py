@@ -23,6 +23,7 @@ from collections.abc import Awaitable, Callable, Hashable, Sequence
 from typing import Any
 
 import memstack.cache as cache
+import memstack.incremental as incremental
 from memstack.backends.capabilities import Tail
 
 __all__ = ["newest_rows", "parsed"]
@@ -59,17 +60,27 @@ async def newest_rows(
     left out keep it short.
     """
     window = n
+    slot = ("rows read", store, session_id, skip)  # what a row left out depends on too
     while True:
         rows = await fetch(window)
+        texts = [text for _, text in reversed(rows)]
+        # The rows the last read of this session parsed, by their text (``memstack.incremental``).
+        known = incremental.previous(slot, texts)
         values: list[Any] = []
         keys: list[bytes | None] = []
-        for row_id, text in reversed(rows):
-            try:
-                value, key = parsed(store, session_id, row_id, text)
-            except skip:
+        for index, (row_id, text) in enumerate(reversed(rows)):
+            found = known[index]
+            if found is incremental.MISSING:
+                try:
+                    found = known[index] = parsed(store, session_id, row_id, text)
+                except skip:
+                    known[index] = None
+                    continue
+            elif found is None:
                 continue
-            values.append(value)
-            keys.append(key)
+            values.append(found[0])
+            keys.append(found[1])
+        incremental.keep(slot, texts, known)
         if len(values) >= n or len(rows) < window:
             start = max(0, len(values) - n)
             complete = len(rows) < window and start == 0

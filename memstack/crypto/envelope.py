@@ -53,6 +53,8 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 import memstack.cache as cache
+import memstack.incremental as incremental
+from memstack.content_keys import derived_key
 from memstack.crypto.keys import KeyProvider, check_kid, parse_key
 from memstack.errors import ConfigurationError, DecryptionError, ItemValidationError
 
@@ -286,25 +288,68 @@ class SessionCipher:
         with that cache: read-only.
         """
         keys: dict[str, _SessionKey] = {}
-        items = []
-        for envelope in envelopes:
-            if type(envelope) is not dict or len(envelope) != len(_FIELDS):
-                raise self._malformed(envelope)
-            version, kid, text = envelope.get(MARKER), envelope.get("kid"), envelope.get("ct")
-            if type(version) is not int or version != FORMAT or type(kid) is not str:
-                raise self._malformed(envelope)
-            if type(text) is not str:
-                raise self._malformed(envelope)
-            known = keys.get(kid)
-            if known is None:
-                known = keys[kid] = self._known_key(kid)
-            slot = ("envelopes", known.fingerprint, kid, text)
-            item = cache.get(slot)
-            if item is cache.MISSING:
-                item = self._unseal(known, kid, text)
-                cache.put(slot, item, weight=len(text) * 3)
-            items.append(item)
-        return items
+        return [self._open_one(envelope, keys) for envelope in envelopes]
+
+    def open_keyed(
+        self, envelopes: Sequence[object], content_keys: Sequence[bytes | None], tag: bytes
+    ) -> tuple[list[dict[str, Any]], list[bytes | None]] | None:
+        """``open_all``, with the envelopes' content keys in, and the items' keys
+        (``derived_key(key, tag)``) out; None, opening nothing, when a value it has to
+        open is not a memstack envelope (the caller decides what that means).
+
+        The last read of this session kept what it opened, by content key
+        (``memstack.incremental``), with the fingerprint of the session key under each key
+        id it used: those results answer for this read only while the key provider gives
+        every one of those key ids the same key (asked once per key id and read, as
+        ``open_all`` does); else every envelope is opened again.
+        """
+        slot = ("opened", self.session_id)
+        results, used = incremental.previous_with(slot, content_keys)
+        keys: dict[str, _SessionKey] = {}
+        if used and not self._same_keys(used, keys):
+            results = [incremental.MISSING] * len(results)
+        missing = [i for i, result in enumerate(results) if result is incremental.MISSING]
+        if not all(is_envelope(envelopes[i]) for i in missing):
+            return None
+        for index in missing:
+            item = self._open_one(envelopes[index], keys)
+            key = content_keys[index]
+            results[index] = (item, None if key is None else derived_key(key, tag))
+        fingerprints = {kid: known.fingerprint for kid, known in keys.items()}
+        incremental.keep(slot, content_keys, results, fingerprints)
+        return [result[0] for result in results], [result[1] for result in results]
+
+    def _same_keys(self, used: dict[str, bytes], keys: dict[str, _SessionKey]) -> bool:
+        """Whether each key id in ``used`` still has the key of that fingerprint; the keys
+        found go into ``keys``."""
+        for kid, fingerprint in used.items():
+            try:
+                known = self._aead(kid) if kid.isascii() else None
+            except ConfigurationError:
+                return False
+            if known is None or known.fingerprint != fingerprint:
+                return False
+            keys[kid] = known
+        return True
+
+    def _open_one(self, envelope: object, keys: dict[str, _SessionKey]) -> dict[str, Any]:
+        """One envelope's item (``keys``: the session keys this call resolved)."""
+        if type(envelope) is not dict or len(envelope) != len(_FIELDS):
+            raise self._malformed(envelope)
+        version, kid, text = envelope.get(MARKER), envelope.get("kid"), envelope.get("ct")
+        if type(version) is not int or version != FORMAT or type(kid) is not str:
+            raise self._malformed(envelope)
+        if type(text) is not str:
+            raise self._malformed(envelope)
+        known = keys.get(kid)
+        if known is None:
+            known = keys[kid] = self._known_key(kid)
+        slot = ("envelopes", known.fingerprint, kid, text)
+        item = cache.get(slot)
+        if item is cache.MISSING:
+            item = self._unseal(known, kid, text)
+            cache.put(slot, item, weight=len(text) * 3)
+        return item  # type: ignore[no-any-return]
 
     def _known_key(self, kid: str) -> _SessionKey:
         try:

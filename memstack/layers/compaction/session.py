@@ -193,7 +193,7 @@ class CompactionSession(SessionLayer):
     def _weights(self, view: Tail) -> list[int]:
         assert self.trigger is not None
         if isinstance(self.trigger, Tokens):
-            count = counts(self.counter, view.items, view.keys)
+            count = counts(self.counter, view.items, view.keys, session_id=self.session_id)
             return [count(i) for i in range(len(view.items))]
         return self.trigger.weights(view.items, self.counter)
 

@@ -183,6 +183,10 @@ class EncryptedSession(SessionLayer):
     def readable(self, tail: Tail) -> Tail:
         """``tail`` opened; with ``unreadable="skip"`` the items that cannot be are left out
         (logged), so a limit counts readable items and a read goes further back for each."""
+        if self.unreadable == "raise" and type(self).open is EncryptedSession.open:
+            found = self._cipher.open_keyed(tail.items, tail.keys, b"opened envelope")
+            if found is not None:
+                return Tail(found[0], tail.written_at, found[1], tail.complete, tail.reach)
         keys = derived_keys(tail.keys, b"opened envelope")
         if self.unreadable == "raise":
             return Tail(self.open_all(tail.items), tail.written_at, keys, tail.complete, tail.reach)

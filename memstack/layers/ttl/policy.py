@@ -96,21 +96,30 @@ class Expiry:
         return self.dead(stamp, generation, now)
 
     def resolve(
-        self, stored: list[Any], now: float, *, whole: bool, read: Callable[[object], Stamp]
+        self,
+        stored: list[Any],
+        now: float,
+        *,
+        whole: bool,
+        read: Callable[[object], Stamp],
+        at: Callable[[int], Stamp] | None = None,
     ) -> Snapshot:
         """What the view shows of ``stored``, the newest records of the history.
 
         Scans from the newest record back: the first dead one ends the view even if older
         records look alive (a writer's clock ran ahead), so expiry never punches holes.
+        ``at(index)``, when given, is the stamp of ``stored[index]`` (one read kept).
         """
-        newest = read(stored[-1]) if stored else None
+        if at is None:
+            at = lambda index: read(stored[index])  # noqa: E731
+        newest = at(len(stored) - 1) if stored else None
         generation = newest.generation if newest is not None else 0
         start = len(stored) if newest is not None and self.idle(newest, now) else None
         # Parsed from the newest back, and only down to where the view ends.
         index, backwards = len(stored) - 1, []
         while start is None and index >= 0:
             last = index == len(stored) - 1
-            stamp = newest if last and newest is not None else read(stored[index])
+            stamp = newest if last and newest is not None else at(index)
             if self.ends_view(stamp, generation, now):
                 start = index + 1
             else:

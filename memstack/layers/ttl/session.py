@@ -49,6 +49,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Self
 from agents.memory import Session
 from pydantic import BeforeValidator, Field, model_validator
 
+import memstack.incremental as incremental
 from memstack.backends.capabilities import Predicate, StorageCapabilities, Tail
 from memstack.base import SessionLayer
 from memstack.content_keys import derived_key
@@ -166,6 +167,30 @@ class TTLSession(SessionLayer):
         """What the view shows of ``stored`` (the newest records below) at ``now``."""
         return self.expiry.resolve(list(stored.items), now, whole=stored.complete, read=self.read)
 
+    def _resolve_keyed(self, stored: Tail, now: float) -> tuple[Snapshot, list[Any]]:
+        """``resolve``, and each record's ``(stamp, key of its item)`` where it was read.
+
+        A record the last read of this session saw is not read again: its stamp and key
+        are kept by content key (``memstack.incremental``).
+        """
+        items, keys = list(stored.items), stored.keys
+        slot = ("ttl stamps", self.session_id)
+        known = incremental.previous(slot, keys)
+
+        def at(index: int) -> Stamp:
+            found = known[index]
+            if found is incremental.MISSING:
+                key = keys[index]
+                found = known[index] = (
+                    self.read(items[index]),
+                    None if key is None else derived_key(key, b"ttl record"),
+                )
+            return found[0]  # type: ignore[no-any-return]
+
+        snapshot = self.expiry.resolve(items, now, whole=stored.complete, read=self.read, at=at)
+        incremental.keep(slot, keys, known)
+        return snapshot, known
+
     # -- the layer protocol -----------------------------------------------------------------
     async def shape(self, below: Tail, wrapper: RunContextWrapper[Any] | None) -> Tail | Need:
         """The live items of ``below``, with when each one's expiry counts from.
@@ -176,7 +201,7 @@ class TTLSession(SessionLayer):
         """
         if self._adopting and any(map(unstamped, below.items)):
             return await self._adopt_on_sight(self.clock())
-        snapshot = self.resolve(below, self.clock())
+        snapshot, known = self._resolve_keyed(below, self.clock())
         shown = snapshot.visible
         if not snapshot.complete:
             first = next(
@@ -185,11 +210,10 @@ class TTLSession(SessionLayer):
             )
             shown = shown[first:]
         stamps = [snapshot.stamp(index) for index in shown]
-        keys = below.keys
         return Tail(
             [stamp.item for stamp in stamps],
             [known_time(stamp) for stamp in stamps],
-            [None if keys[i] is None else derived_key(keys[i], b"ttl record") for i in shown],  # type: ignore[arg-type]
+            [known[i][1] for i in shown],
             snapshot.complete,
             # A view that ends at a dead record needed that record, and nothing before it.
             below.reach_from(snapshot.start - 1) if snapshot.start else below.reach,

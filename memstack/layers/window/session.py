@@ -140,6 +140,7 @@ class SlidingWindowSession(SessionLayer):
             pinned_lookback=None if self.trim else self.pinned_lookback,
             counter=self.counter,
             keys=below.keys,
+            session_id=self.session_id,
         )
         start = tail.plan(self.budget, self.low, anchored=not self.trim)
         if start is None or (self.trim and not below.complete):
