@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import and_, select
 from sqlalchemy.engine import Row
@@ -38,6 +38,9 @@ from memstack.memory.rows import memory_from_row
 from memstack.memory.schema import Tables
 from memstack.memory.semantic import SemanticIndex, fuse_scores
 from memstack.memory.text import query_term_counts
+
+if TYPE_CHECKING:
+    from memstack.memory.quantized import Block
 
 __all__ = ["profile", "scopes", "search", "select_memories"]
 
@@ -94,6 +97,9 @@ async def search(
     try:
         now = parts.now()
         async with parts.connect("searching memories") as conn:
+            # The vectors first: their read opens the snapshot the rest reads from (see
+            # ``SemanticIndex.vectors``).
+            blocks = await semantic.vectors(conn, scope) if semantic is not None else []
             by_words: list[Row[Any]] = []
             if query_terms:
                 by_words = list(await parts.index.ranked(conn, scope, query_terms, limit, now))
@@ -104,9 +110,7 @@ async def search(
                 await asyncio.wait([embedding])  # a failure is raised below, as the model's
                 if embedding.exception() is None:
                     [query_vector] = embedding.result()
-                    near = await _nearest(
-                        conn, semantic, scope, query_vector, by_words, limit, policy
-                    )
+                    near = _nearest(semantic, blocks, query_vector, by_words, limit, policy)
                     near_ids = [memory_id for memory_id, _ in near]
                     by_meaning = await _live_rows(
                         conn, parts.tables, scope, near_ids, by_words, now
@@ -141,26 +145,25 @@ async def search(
     return scored[:limit]
 
 
-async def _nearest(
-    conn: AsyncConnection,
+def _nearest(
     semantic: SemanticIndex,
-    scope: str,
+    blocks: Sequence[Block],
     query_vector: Sequence[float],
     by_words: Sequence[Row[Any]],
     limit: int,
     policy: RecallPolicy,
 ) -> list[tuple[str, float]]:
     """The vector hits above the policy's floor (with feedback, from the moved query)."""
-    near = await semantic.nearest(conn, scope, query_vector, 2 * limit)
+    near = semantic.nearest(blocks, query_vector, 2 * limit)
     near = [(i, cosine) for i, cosine in near if cosine >= policy.min_similarity]
     if policy.feedback and near:
         first = fuse_scores(
             {row.id: float(row.total) for row in by_words}, near, weight=policy.semantic_weight
         )
         leaders = sorted(first, key=lambda i: -first[i])[: policy.feedback]
-        moved = semantic.second_hop(conn, scope, query_vector, leaders, policy.feedback_weight)
+        moved = semantic.second_hop(blocks, query_vector, leaders, policy.feedback_weight)
         if moved is not None:
-            near = await semantic.nearest(conn, scope, moved, 2 * limit)
+            near = semantic.nearest(blocks, moved, 2 * limit)
             near = [(i, c) for i, c in near if c >= policy.min_similarity]
     return near
 

@@ -171,21 +171,17 @@ class SemanticIndex:
         if memories:
             await conn.execute(insert(self.tables.vectors), self.rows(memories, vectors))
 
-    async def nearest(
-        self, conn: AsyncConnection, scope: str, query: Sequence[float], k: int
+    def nearest(
+        self, blocks: Sequence[Block], query: Sequence[float], k: int
     ) -> list[tuple[str, float]]:
-        """The ``k`` nearest stored vectors' ids and cosine similarities (live or not)."""
-        from memstack.memory.quantized import nearest  # numpy loads with the first search
+        """The ``k`` nearest of ``blocks`` (``vectors``): ids and cosine similarities (the
+        memories may have gone since: read them live)."""
+        from memstack.memory.quantized import nearest
 
-        return nearest(await self._blocks(conn, scope), query, k)
+        return nearest(blocks, query, k)
 
     def second_hop(
-        self,
-        conn: AsyncConnection,
-        scope: str,
-        query: Sequence[float],
-        found: Sequence[str],
-        weight: float,
+        self, blocks: Sequence[Block], query: Sequence[float], found: Sequence[str], weight: float
     ) -> Any:
         """The query moved toward what the first search found (Rocchio feedback).
 
@@ -194,8 +190,7 @@ class SemanticIndex:
         """
         from memstack.memory.quantized import centroid
 
-        blocks = self._cached_blocks(conn, scope)
-        middle = centroid(blocks, set(found)) if blocks else None
+        middle = centroid(blocks, set(found))
         if middle is None:
             return None
         import numpy as np
@@ -203,20 +198,17 @@ class SemanticIndex:
         vector = np.asarray(query, dtype=np.float32)
         return vector / max(float(np.linalg.norm(vector)), 1e-12) + weight * middle
 
-    def _key(self, conn: AsyncConnection, scope: str) -> tuple[Hashable, ...]:
-        return scope_key(conn.engine, self.tables, scope)
+    async def vectors(self, conn: AsyncConnection, scope: str) -> list[Block]:
+        """The scope's vectors, with the rows stored since they were cached.
 
-    def _cached_blocks(self, conn: AsyncConnection, scope: str) -> list[Block] | None:
-        key = self._key(conn, scope)
-        found = cache.get(key)
-        if not isinstance(found, ScopeVectors):
-            return None
-        blocks = [cache.get((*key, found.token, i)) for i in range(len(found.spans))]
-        return None if any(b is cache.MISSING for b in blocks) else blocks
+        Read them first in a search's transaction: a forget that commits after they are
+        read then finds them in the cache and takes its vectors out, or finds them not
+        yet put back and keeps them from being put back (``ScopeVectors``).
+        """
+        return await self._blocks(conn, scope)
 
     async def _blocks(self, conn: AsyncConnection, scope: str) -> list[Block]:
-        """The scope's blocks, with the rows stored since they were read."""
-        key = self._key(conn, scope)
+        key = scope_key(conn.engine, self.tables, scope)
         found = cache.get(key)
         name = self.embedder.name
         if isinstance(found, ScopeVectors) and found.model == name:
@@ -310,12 +302,13 @@ def forget_cached(
     key = scope_key(engine, tables, scope)
     with _WRITING:
         found = cache.get(key)
-        if not isinstance(found, ScopeVectors):
-            return
-        if ids is None:
-            for i in range(len(found.spans)):
-                cache.discard((*key, found.token, i))
-            cache.discard(key)
+        if not isinstance(found, ScopeVectors) or ids is None:
+            if isinstance(found, ScopeVectors):
+                for i in range(len(found.spans)):
+                    cache.discard((*key, found.token, i))
+            # Nothing cached, but a reader may be building it from rows read before the
+            # delete: an empty value in its place tells that reader to keep what it built.
+            cache.put(key, ScopeVectors("", uuid.uuid4().hex, 0, (), 0), weight=64)
             return
         wanted = set(ids)
         for i in range(len(found.spans)):
