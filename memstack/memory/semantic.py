@@ -223,7 +223,10 @@ class SemanticIndex:
                 block = reread[i] = await self._read(conn, scope, span)
             blocks.append(block)
         added = await self._rows(conn, scope, vectors.seq, None)
-        grown, changed = vectors.grown(blocks, added)
+        try:
+            grown, changed = vectors.grown(blocks, added)
+        except ValueError as exc:  # vectors of another length under the same model name
+            raise _mixed(exc) from exc
         for i, block in changed.items():
             if i < len(blocks):
                 blocks[i] = block
@@ -246,7 +249,10 @@ class SemanticIndex:
         rows = await self._rows(conn, scope, *span)
         if not rows:
             return Block.build((), _empty(self.embedder.dim))
-        return Block.build(*_columns(rows))
+        try:
+            return Block.build(*_columns(rows))
+        except ValueError as exc:
+            raise _mixed(exc) from exc
 
     async def _rows(
         self, conn: AsyncConnection, scope: str, after: int, through: int | None
@@ -262,6 +268,14 @@ class SemanticIndex:
             (seq, memory_id, decode(_open(self.cipher, scope, stored)))
             for seq, memory_id, stored in rows
         ]
+
+
+def _mixed(exc: ValueError) -> ConfigurationError:
+    return ConfigurationError(
+        f"stored vectors of different dimensions for one model ({exc}); embedder "
+        "changed? re-embed the scope",
+        layer=_LAYER,
+    )
 
 
 def _empty(dim: int) -> Any:

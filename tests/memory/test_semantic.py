@@ -371,3 +371,20 @@ async def test_a_reader_does_not_put_back_what_a_forget_took_out(
     monkeypatch.undo()
     assert gone.id not in (_cached_ids(store, "ana") or set())
     await store.close()
+
+
+async def test_vectors_of_another_length_under_one_model_name_are_refused(
+    tmp_path: Path, fresh_cache: None
+) -> None:
+    url = f"sqlite:///{tmp_path / 'd.db'}"
+    short = HashingEmbedder(64)
+    await (store := MemoryStore.from_url(url, embedder=short)).remember("ana", "Likes tea")
+    longer = HashingEmbedder(128)
+    longer.name = short.name  # the same name, another model: its vectors do not fit
+    other = MemoryStore.from_url(url, embedder=longer)
+    await other.remember("ana", "Likes coffee")
+    cache.clear()
+    with pytest.raises(ConfigurationError, match="re-embed the scope"):
+        await other.recall("ana", "tea")
+    await other.close()
+    await store.close()
