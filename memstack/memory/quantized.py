@@ -34,8 +34,8 @@ __all__ = ["SHORTLIST", "Block", "centroid", "nearest"]
 # ``_PER_HIT`` times the hits asked for. Sign bits rank MiniLM neighbours coarsely; see
 # benchmarks/README.md ("Recall latency with semantic recall on") for the overlap with
 # float32 search this keeps.
-SHORTLIST = 2_000
-_PER_HIT = 20
+SHORTLIST = 4_000
+_PER_HIT = 40
 # Bytes a memory id costs in a tuple beside its codes (pointer and str header), roughly.
 _ID_BYTES = 60
 

@@ -141,6 +141,10 @@ class SemanticIndex:
 
     async def embed(self, texts: Sequence[str]) -> list[list[float]]:
         """Embeddings off the event loop: a model is CPU work."""
+        # numpy loads here first: a search reads vectors while the model embeds, and numpy
+        # imported by two threads at once fails half-initialised.
+        import memstack.memory.quantized  # noqa: F401
+
         vectors = await asyncio.to_thread(self.embedder.embed, list(texts))
         if len(vectors) != len(texts):
             raise ConfigurationError(
