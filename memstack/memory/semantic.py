@@ -99,6 +99,8 @@ class ScopeVectors:
         ``block_rows``, then new blocks. Returns the new value and the blocks it changed."""
         from memstack.memory.quantized import Block
 
+        if not rows:
+            return self, {}
         spans = list(self.spans)
         changed: dict[int, Block] = {}
         rest = list(rows)
@@ -112,8 +114,7 @@ class ScopeVectors:
             chunk = rest[first : first + self.block_rows]
             changed[len(spans)] = Block.build(*_columns(chunk))
             spans.append((spans[-1][1] if spans else 0, chunk[-1][0]))
-        seq = max(self.seq, rows[-1][0]) if rows else self.seq
-        return replace(self, seq=seq, spans=tuple(spans)), changed
+        return replace(self, seq=max(self.seq, rows[-1][0]), spans=tuple(spans)), changed
 
 
 def _columns(rows: Sequence[tuple[int, str, Any]]) -> tuple[list[str], Any]:
