@@ -35,6 +35,7 @@ __all__ = [
     "Stats",
     "clear",
     "configure",
+    "discard",
     "get",
     "get_or_put",
     "max_bytes",
@@ -112,6 +113,13 @@ class ProcessCache:
             stats.entries += 1
             stats.bytes += cost
             self._shrink(self.max_bytes)
+
+    def discard(self, key: tuple[Hashable, ...]) -> None:
+        """Drop the entry under ``key``, if any (what it answered for has changed)."""
+        with self._lock:
+            old = self._entries.pop(key, None)
+            if old is not None:
+                self._forget(key, old[1], old[2])
 
     def resize(self, max_bytes: int) -> None:
         with self._lock:
@@ -192,6 +200,10 @@ get = _CACHE.get  # the value cached under a key, or ``cache.MISSING`` (no extra
 
 def put(key: tuple[Hashable, ...], value: Any, *, weight: int) -> None:
     _CACHE.put(key, value, weight)
+
+
+def discard(key: tuple[Hashable, ...]) -> None:
+    _CACHE.discard(key)
 
 
 def get_or_put(key: tuple[Hashable, ...], compute: Callable[[], V], *, weight: int) -> V:

@@ -150,3 +150,12 @@ def test_threads_share_the_cache_without_losing_count() -> None:
         thread.join()
     assert errors == []
     assert c.bytes <= c.max_bytes and c.stats()["t"].entries == 50
+
+
+def test_discard_drops_an_entry_and_its_bytes() -> None:
+    c = ProcessCache(max_bytes=10_000)
+    c.put(("ns", 1), "value", 100)
+    c.discard(("ns", 1))
+    c.discard(("ns", 2))  # nothing under it: nothing to do
+    assert c.get(("ns", 1)) is cache.MISSING
+    assert c.bytes == 0 and c.stats()["ns"].entries == 0

@@ -29,7 +29,7 @@ from memstack.errors import ConfigurationError
 from memstack.memory.events import delete_events
 from memstack.memory.models import check_scope
 from memstack.memory.parts import LAYER, StoreParts
-from memstack.memory.semantic import delete_vectors
+from memstack.memory.semantic import delete_vectors, forget_cached
 
 __all__ = ["Target", "erase", "forget", "purge_expired", "scrub", "target"]
 
@@ -78,11 +78,13 @@ async def forget(parts: StoreParts, chosen: Target, *, actor: str) -> int:
         return ids
 
     ids = await parts.transact("forgetting memories", delete_chosen)
+    # Whatever the store's embedder (none: the CLI, a governance job), vectors cached by
+    # any store on this engine go now.
+    if ids:
+        forget_cached(parts.engine, tables, scope, None if chosen.whole_scope else ids)
     if ids and chosen.whole_scope:
         with store_errors(None, layer=LAYER, doing="forgetting memories"):
             await scrub(parts)
-    if parts.semantic is not None and chosen.whole_scope:
-        parts.semantic.drop(scope)
     parts.index.invalidate(scope)
     return len(ids)
 
@@ -130,5 +132,7 @@ async def purge_expired(parts: StoreParts, scope: str, *, actor: str) -> int:
         return ids
 
     ids = await parts.transact("purging expired memories", delete_expired)
+    if ids:
+        forget_cached(parts.engine, parts.tables, scope, ids)
     parts.index.invalidate(scope)
     return len(ids)

@@ -15,25 +15,40 @@ tokens where rank fusion recalled 79.9% (``benchmarks/README.md``).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping, Sequence
-from typing import Any
+import threading
+import uuid
+import weakref
+from collections.abc import Collection, Hashable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import delete, insert, select, update
-from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+import memstack.cache as cache
 from memstack.errors import ConfigurationError
 from memstack.memory.cipher import MemoryCipher
 from memstack.memory.models import Memory
 from memstack.memory.schema import Tables
-from memstack.memory.vectors import Embedder, VectorIndex, decode, encode
+from memstack.memory.vectors import Embedder, decode, encode
 
-__all__ = ["SemanticIndex", "delete_vectors", "fuse_scores", "reseal_vectors"]
+if TYPE_CHECKING:
+    from memstack.memory.quantized import Block
+
+__all__ = [
+    "ScopeVectors",
+    "SemanticIndex",
+    "delete_vectors",
+    "forget_cached",
+    "fuse_scores",
+    "reseal_vectors",
+    "scope_key",
+]
 
 _LAYER = "MemoryStore"
 # Equal weight to words and meaning, not tuned. Measured on LoCoMo (evidence recall at
 # 1,000 tokens, MiniLM): weight 0.3 gave 81.7%, 0.5 81.5%, 0.7 74.2%.
 SEMANTIC_WEIGHT = 0.5
-_SCOPES = 64  # indexes kept in memory (the least recently used scope is dropped)
 
 
 def fuse_scores(
@@ -60,17 +75,77 @@ def fuse_scores(
     }
 
 
+@dataclass(frozen=True, slots=True, eq=False)
+class ScopeVectors:
+    """What one scope's cached vectors are: blocks of rows by sequence number.
+
+    Block ``i`` holds the rows with ``spans[i][0] < seq <= spans[i][1]`` (less those
+    forgotten since); ``seq`` is the highest sequence number read. ``token`` names this
+    reading's blocks in the cache: a scope read afresh gets new ones. A changed scope is
+    a new value, so a reader that finds another value than it started from knows that
+    what it built meanwhile may be stale, and keeps it to itself.
+    """
+
+    model: str
+    token: str
+    seq: int
+    spans: tuple[tuple[int, int], ...]
+    block_rows: int
+
+    def grown(
+        self, blocks: Sequence[Block], rows: Sequence[tuple[int, str, Any]]
+    ) -> tuple[ScopeVectors, dict[int, Block]]:
+        """With ``rows`` (seq, id, vector; in seq order) added: the last block filled to
+        ``block_rows``, then new blocks. Returns the new value and the blocks it changed."""
+        from memstack.memory.quantized import Block
+
+        if not rows:
+            return self, {}
+        spans = list(self.spans)
+        changed: dict[int, Block] = {}
+        rest = list(rows)
+        if spans and len(blocks[-1]) < self.block_rows:
+            free = self.block_rows - len(blocks[-1])
+            room, rest = rest[:free], rest[free:]
+            if room:
+                changed[len(spans) - 1] = blocks[-1].extended(*_columns(room))
+                spans[-1] = (spans[-1][0], room[-1][0])
+        for first in range(0, len(rest), self.block_rows):
+            chunk = rest[first : first + self.block_rows]
+            changed[len(spans)] = Block.build(*_columns(chunk))
+            spans.append((spans[-1][1] if spans else 0, chunk[-1][0]))
+        return replace(self, seq=max(self.seq, rows[-1][0]), spans=tuple(spans)), changed
+
+
+def _columns(rows: Sequence[tuple[int, str, Any]]) -> tuple[list[str], Any]:
+    import numpy as np
+
+    return [memory_id for _, memory_id, _ in rows], np.stack([vector for *_, vector in rows])
+
+
 class SemanticIndex:
-    """Vectors of one store's memories, for one embedder (checked by ``embedder_named``)."""
+    """Vectors of one store's memories, for one embedder (checked by ``embedder_named``).
+
+    A scope's vectors are read once per process into quantised blocks
+    (``memstack.memory.quantized``) kept in the process cache (``memstack.cache``), shared
+    by every store on the same engine and tables; each search first reads the rows added
+    since (by sequence number), so other processes' writes are seen. Forgetting in this
+    process takes the vectors out of the cache at once (``forget_cached``); rows another
+    process deleted stay until the scope is read afresh, and are dropped when their
+    memories are read live, as superseded ones are.
+    """
 
     def __init__(self, embedder: Embedder, tables: Tables, cipher: MemoryCipher) -> None:
         self.embedder = embedder
         self.tables = tables
         self.cipher = cipher
-        self._indexes: dict[str, VectorIndex] = {}
 
     async def embed(self, texts: Sequence[str]) -> list[list[float]]:
         """Embeddings off the event loop: a model is CPU work."""
+        # numpy loads here first: a search reads vectors while the model embeds, and numpy
+        # imported by two threads at once fails half-initialised.
+        import memstack.memory.quantized  # noqa: F401
+
         vectors = await asyncio.to_thread(self.embedder.embed, list(texts))
         if len(vectors) != len(texts):
             raise ConfigurationError(
@@ -101,50 +176,168 @@ class SemanticIndex:
         if memories:
             await conn.execute(insert(self.tables.vectors), self.rows(memories, vectors))
 
-    async def nearest(
-        self, conn: AsyncConnection, scope: str, query: Sequence[float], k: int
+    def nearest(
+        self, blocks: Sequence[Block], query: Sequence[float], k: int
     ) -> list[tuple[str, float]]:
-        """The ``k`` nearest stored vectors' ids and cosine similarities (live or not)."""
-        index = await self._refreshed(conn, scope)
-        return index.nearest(query, k)
+        """The ``k`` nearest of ``blocks`` (``vectors``): ids and cosine similarities (the
+        memories may have gone since: read them live)."""
+        from memstack.memory.quantized import nearest
+
+        return nearest(blocks, query, k)
 
     def second_hop(
-        self, scope: str, query: Sequence[float], found: Sequence[str], weight: float
+        self, blocks: Sequence[Block], query: Sequence[float], found: Sequence[str], weight: float
     ) -> Any:
         """The query moved toward what the first search found (Rocchio feedback).
 
         A multi-hop question ("what activities does Melanie do?") is answered by several
         memories; the best ones it found are closer to the others than the question is.
         """
-        index = self._indexes.get(scope)
-        centroid = index.centroid(found) if index is not None else None
-        if centroid is None:
+        from memstack.memory.quantized import centroid
+
+        middle = centroid(blocks, set(found))
+        if middle is None:
             return None
         import numpy as np
 
         vector = np.asarray(query, dtype=np.float32)
-        return vector / max(float(np.linalg.norm(vector)), 1e-12) + weight * centroid
+        return vector / max(float(np.linalg.norm(vector)), 1e-12) + weight * middle
 
-    async def _refreshed(self, conn: AsyncConnection, scope: str) -> VectorIndex:
-        index = self._indexes.pop(scope, None) or VectorIndex()
-        self._indexes[scope] = index  # most recently used last
-        while len(self._indexes) > _SCOPES:
-            del self._indexes[next(iter(self._indexes))]
+    async def vectors(self, conn: AsyncConnection, scope: str) -> list[Block]:
+        """The scope's vectors, with the rows stored since they were cached.
+
+        Read them first in a search's transaction: a forget that commits after they are
+        read then finds them in the cache and takes its vectors out, or finds them not
+        yet put back and keeps them from being put back (``ScopeVectors``).
+        """
+        return await self._blocks(conn, scope)
+
+    async def _blocks(self, conn: AsyncConnection, scope: str) -> list[Block]:
+        key = scope_key(conn.engine, self.tables, scope)
+        found = cache.get(key)
+        name = self.embedder.name
+        if isinstance(found, ScopeVectors) and found.model == name:
+            vectors = found
+        else:
+            vectors = ScopeVectors(name, uuid.uuid4().hex, 0, (), _block_rows(self.embedder.dim))
+        blocks: list[Block] = []
+        reread: dict[int, Block] = {}
+        for i, span in enumerate(vectors.spans):
+            block = cache.get((*key, vectors.token, i))
+            if block is cache.MISSING:  # evicted: read its rows again
+                block = reread[i] = await self._read(conn, scope, span)
+            blocks.append(block)
+        added = await self._rows(conn, scope, vectors.seq, None)
+        try:
+            grown, changed = vectors.grown(blocks, added)
+        except ValueError as exc:  # vectors of another length under the same model name
+            raise _mixed(exc) from exc
+        for i, block in changed.items():
+            if i < len(blocks):
+                blocks[i] = block
+            else:
+                blocks.append(block)
+        reread.update(changed)
+        with _WRITING:
+            # Only if nothing changed the scope meanwhile (a forget, another reader):
+            # what this reader built from an older value may hold forgotten vectors.
+            if cache.get(key) is found:
+                for i, block in reread.items():
+                    cache.put((*key, grown.token, i), block, weight=block.nbytes)
+                if grown is not found:
+                    cache.put(key, grown, weight=64 + 16 * len(grown.spans))
+        return blocks
+
+    async def _read(self, conn: AsyncConnection, scope: str, span: tuple[int, int]) -> Block:
+        from memstack.memory.quantized import Block
+
+        rows = await self._rows(conn, scope, *span)
+        if not rows:
+            return Block.build((), _empty(self.embedder.dim))
+        try:
+            return Block.build(*_columns(rows))
+        except ValueError as exc:
+            raise _mixed(exc) from exc
+
+    async def _rows(
+        self, conn: AsyncConnection, scope: str, after: int, through: int | None
+    ) -> list[tuple[int, str, Any]]:
         v = self.tables.vectors
-        rows = await conn.execute(
-            select(v.c.seq, v.c.memory_id, v.c.vector)
-            .where(v.c.scope == scope, v.c.model == self.embedder.name, v.c.seq > index.seq)
-            .order_by(v.c.seq)
+        query = select(v.c.seq, v.c.memory_id, v.c.vector).where(
+            v.c.scope == scope, v.c.model == self.embedder.name, v.c.seq > after
         )
-        index.extend(
+        if through is not None:
+            query = query.where(v.c.seq <= through)
+        rows = await conn.execute(query.order_by(v.c.seq))
+        return [
             (seq, memory_id, decode(_open(self.cipher, scope, stored)))
             for seq, memory_id, stored in rows
-        )
-        return index
+        ]
 
-    def drop(self, scope: str) -> None:
-        """Forget the in-process index (a whole scope was deleted)."""
-        self._indexes.pop(scope, None)
+
+def _mixed(exc: ValueError) -> ConfigurationError:
+    return ConfigurationError(
+        f"stored vectors of different dimensions for one model ({exc}); embedder "
+        "changed? re-embed the scope",
+        layer=_LAYER,
+    )
+
+
+def _empty(dim: int) -> Any:
+    import numpy as np
+
+    return np.zeros((0, dim), dtype=np.float32)
+
+
+def _block_rows(dim: int) -> int:
+    """Rows per block: a sixteenth of the cache budget each (the cache keeps no entry over
+    an eighth), at least 256 and at most 16,384."""
+    per_row = dim + 4 + 8 * -(-dim // 64) + 100  # codes, scale, sign words, id
+    return max(256, min(16_384, cache.max_bytes() // 16 // per_row))
+
+
+# Cache writes of scope vectors, checked against what each reader started from: a reader
+# on another thread must not put back vectors a forget has just taken out.
+_WRITING = threading.Lock()
+_ENGINES: weakref.WeakKeyDictionary[AsyncEngine, str] = weakref.WeakKeyDictionary()
+_NAMESPACE = "memory vectors"
+
+
+def scope_key(engine: AsyncEngine, tables: Tables, scope: str) -> tuple[Hashable, ...]:
+    """The cache key of ``scope``'s vectors: the database is the engine (one per URL and
+    options in a process, ``memstack.resources``; each in-memory SQLite its own)."""
+    database = _ENGINES.get(engine)
+    if database is None:
+        with _WRITING:
+            database = _ENGINES.setdefault(engine, uuid.uuid4().hex)
+    return (_NAMESPACE, database, tables.vectors.name, scope)
+
+
+def forget_cached(
+    engine: AsyncEngine, tables: Tables, scope: str, ids: Collection[str] | None
+) -> None:
+    """Take ``ids`` (None: the whole scope) out of the cached vectors, after the delete
+    committed: recall must not find a forgotten memory's vector, even to drop it."""
+    key = scope_key(engine, tables, scope)
+    with _WRITING:
+        found = cache.get(key)
+        if not isinstance(found, ScopeVectors) or ids is None:
+            if isinstance(found, ScopeVectors):
+                for i in range(len(found.spans)):
+                    cache.discard((*key, found.token, i))
+            # Nothing cached, but a reader may be building it from rows read before the
+            # delete: an empty value in its place tells that reader to keep what it built.
+            cache.put(key, ScopeVectors("", uuid.uuid4().hex, 0, (), 0), weight=64)
+            return
+        wanted = set(ids)
+        for i in range(len(found.spans)):
+            block = cache.get((*key, found.token, i))
+            if block is not cache.MISSING:
+                smaller = block.without(wanted)
+                if smaller is not block:
+                    cache.put((*key, found.token, i), smaller, weight=smaller.nbytes)
+        # A new value: readers that started from the old one keep what they build.
+        cache.put(key, replace(found), weight=64 + 16 * len(found.spans))
 
 
 # Deleting and re-sealing need no embedder: a store opened without one (the CLI, a

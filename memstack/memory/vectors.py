@@ -1,21 +1,17 @@
-"""Semantic recall: the ``Embedder`` protocol, stored vectors, and an in-process index.
+"""Semantic recall: the ``Embedder`` protocol, named embedders, and the stored vector format.
 
-    >>> from memstack.memory.vectors import HashingEmbedder, VectorIndex
+    >>> from memstack.memory.vectors import HashingEmbedder, decode, encode
     >>> embedder = HashingEmbedder(dim=256)
-    >>> index = VectorIndex()
-    >>> index.extend([(1, "a", embedder.embed(["adopted a puppy"])[0]),
-    ...               (2, "b", embedder.embed(["tax return deadline"])[0])])
-    >>> [memory_id for memory_id, _ in index.nearest(embedder.embed(["my puppy"])[0], 1)]
-    ['a']
+    >>> [vector] = embedder.embed(["adopted a puppy"])
+    >>> decode(encode(vector)).tolist() == vector
+    True
 
 Full-text search only finds memories that share words with the question; an embedder
 also finds the ones that share meaning. Vector search in the database is not available
 everywhere (the default Python cannot load SQLite extensions; pgvector is not always
 installed), so vectors are stored as opaque strings beside the memories (sealed with the
-store's key when it has one: a vector leaks meaning) and searched by brute-force cosine in
-process. The index of a scope only grows: each recall reads the rows added since the last
-one (by sequence number), so another process's writes are seen; deleted or superseded
-memories still in the index are dropped when their rows are read live.
+store's key when it has one: a vector leaks meaning) and searched in process, quantised
+(``memstack.memory.quantized``), from the process cache (``memstack.memory.semantic``).
 """
 
 from __future__ import annotations
@@ -23,7 +19,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from memstack.errors import ConfigurationError
@@ -36,7 +32,6 @@ __all__ = [
     "Embedder",
     "HashingEmbedder",
     "MiniLMEmbedder",
-    "VectorIndex",
     "decode",
     "embedder_named",
     "encode",
@@ -164,64 +159,3 @@ def encode(vector: Sequence[float]) -> str:
 def decode(stored: str) -> np.ndarray[Any, Any]:
     vector: np.ndarray[Any, Any] = _numpy().frombuffer(base64.b64decode(stored), dtype="<f4")
     return vector
-
-
-class VectorIndex:
-    """One scope's unit vectors in a growing matrix; ``nearest`` is one matrix product."""
-
-    def __init__(self) -> None:
-        self.seq = 0  # the highest stored sequence number read so far
-        self._ids: list[str] = []
-        self._rows: dict[str, int] = {}
-        self._matrix: Any = None  # rows [0, len) are filled; capacity doubles as it grows
-
-    def __len__(self) -> int:
-        return len(self._ids)
-
-    def extend(self, rows: Iterable[tuple[int, str, Sequence[float] | Any]]) -> None:
-        np = _numpy()
-        for seq, memory_id, vector in rows:
-            array = np.asarray(vector, dtype=np.float32)
-            norm = float(np.linalg.norm(array))
-            if self._matrix is None:
-                self._matrix = np.zeros((16, array.shape[0]), dtype=np.float32)
-            if array.shape[0] != self._matrix.shape[1]:
-                raise ConfigurationError(
-                    f"stored vector of {array.shape[0]} dimensions in an index of "
-                    f"{self._matrix.shape[1]} (embedder changed? re-embed the scope)",
-                    layer=_LAYER,
-                )
-            n = len(self._ids)
-            if n == self._matrix.shape[0]:
-                grown = np.zeros((2 * n, self._matrix.shape[1]), dtype=np.float32)
-                grown[:n] = self._matrix
-                self._matrix = grown
-            self._matrix[n] = array / norm if norm else array
-            self._ids.append(memory_id)
-            self._rows[memory_id] = n
-            self.seq = max(self.seq, seq)
-
-    def centroid(self, ids: Sequence[str]) -> Any:
-        """The mean unit vector of ``ids`` (those in the index), or None."""
-        rows = [self._rows[i] for i in ids if i in self._rows]
-        if not rows:
-            return None
-        return self._matrix[rows].mean(axis=0)
-
-    def nearest(self, query: Sequence[float], k: int) -> list[tuple[str, float]]:
-        """The ``k`` most similar memory ids, best first, with their cosine similarity."""
-        if not self._ids or k < 1:
-            return []
-        np = _numpy()
-        vector = np.asarray(query, dtype=np.float32)
-        norm = float(np.linalg.norm(vector))
-        if norm == 0.0 or vector.shape[0] != self._matrix.shape[1]:
-            return []
-        # einsum, not ``@``: a matrix-vector product through BLAS wakes its thread pool, and
-        # on shared cores those threads spin (6,000 vectors: 60 ms against 0.3 ms here at
-        # load ~14 on 2 cores; 100,000: 75 against 26 ms). One thread is memory-bound anyway.
-        scores = np.einsum("ij,j->i", self._matrix[: len(self._ids)], vector / norm)
-        k = min(k, len(self._ids))
-        top = np.argpartition(-scores, k - 1)[:k]
-        top = top[np.argsort(-scores[top], kind="stable")]
-        return [(self._ids[i], float(scores[i])) for i in top]

@@ -9,11 +9,18 @@ from pathlib import Path
 import pytest
 from sqlalchemy import func, select
 
+from memstack import cache
 from memstack.crypto import Keyring, generate_key
 from memstack.errors import ConfigurationError
 from memstack.memory import HashingEmbedder, MemoryStore, MiniLMEmbedder, OnnxMiniLMEmbedder
 from memstack.memory.recall_policy import RecallPolicy
-from memstack.memory.semantic import fuse_scores
+from memstack.memory.semantic import (
+    ScopeVectors,
+    SemanticIndex,
+    forget_cached,
+    fuse_scores,
+    scope_key,
+)
 from memstack.recipes import load_recipe
 from memstack.testing import FakeClock
 
@@ -241,3 +248,143 @@ async def test_memories_written_before_the_embedder_are_embedded_on_request(
     await store.close()
     with pytest.raises(ConfigurationError, match="needs a store with an embedder"):
         await MemoryStore.from_url(url, embedder=None).embed_missing("ana")
+
+
+# -- the scope vectors in the process cache (memstack.memory.semantic) ---------------------
+
+
+def _cached_ids(store: MemoryStore, scope: str) -> set[str] | None:
+    """The memory ids whose vectors the process cache holds for ``scope`` (None: none)."""
+    key = scope_key(store.engine, store.tables, scope)
+    found = cache.get(key)
+    if not isinstance(found, ScopeVectors):
+        return None
+    ids: set[str] = set()
+    for i in range(len(found.spans)):
+        block = cache.get((*key, found.token, i))
+        if block is not cache.MISSING:
+            ids.update(block.ids)
+    return ids
+
+
+async def _nearest_ids(store: MemoryStore, scope: str, text: str) -> list[str]:
+    assert store.semantic is not None
+    [query] = store.semantic.embedder.embed([text])
+    async with store.engine.connect() as conn:
+        blocks = await store.semantic.vectors(conn, scope)
+    return [i for i, _ in store.semantic.nearest(blocks, query, 50)]
+
+
+@pytest.fixture
+def fresh_cache() -> Iterator[None]:
+    cache.clear()
+    yield
+    cache.configure(max_bytes=cache.DEFAULT_MAX_BYTES)
+    cache.clear()
+
+
+async def test_forget_takes_the_vector_out_of_the_cache_at_once(
+    tmp_path: Path, fresh_cache: None
+) -> None:
+    url = f"sqlite:///{tmp_path / 'f.db'}"
+    store = MemoryStore.from_url(url, embedder=HashingEmbedder())
+    keep = await store.remember("ana", "Ana keeps bees on the roof")
+    gone = await store.remember("ana", "Ana keeps a secret diary")
+    assert await store.recall("ana", "what does Ana keep?")
+    assert _cached_ids(store, "ana") == {keep.id, gone.id}
+    await store.forget("ana", gone.id)
+    assert _cached_ids(store, "ana") == {keep.id}  # before any recall reads again
+    assert gone.id not in await _nearest_ids(store, "ana", "a secret diary")
+    # A store on the same engine without an embedder (the CLI) forgets for everyone.
+    plain = MemoryStore.from_url(url, embedder=None)
+    assert plain.engine is store.engine
+    await plain.forget("ana", keep.id)
+    assert _cached_ids(store, "ana") == set()
+    await store.remember("ana", "Ana moved to Lisbon")
+    await plain.forget("ana")  # the whole scope: nothing of it stays cached
+    assert not _cached_ids(store, "ana")
+    await plain.close()
+    await store.close()
+
+
+async def test_remembered_vectors_join_the_cached_scope(tmp_path: Path, fresh_cache: None) -> None:
+    store = MemoryStore.from_url(f"sqlite:///{tmp_path / 'r.db'}", embedder=HashingEmbedder())
+    first = await store.remember("ana", "Ana plays the cello")
+    assert await _nearest_ids(store, "ana", "cello") == [first.id]
+    later = await store.remember("ana", "Ana plays chess on Sundays")
+    assert set(await _nearest_ids(store, "ana", "chess")) == {first.id, later.id}
+    assert _cached_ids(store, "ana") == {first.id, later.id}
+    await store.close()
+
+
+async def test_scopes_and_databases_never_share_cached_vectors(
+    tmp_path: Path, fresh_cache: None
+) -> None:
+    store = MemoryStore.from_url(f"sqlite:///{tmp_path / 's.db'}", embedder=HashingEmbedder())
+    ana = await store.remember("ana", "Likes green tea")
+    bob = await store.remember("bob", "Likes green tea")
+    assert await _nearest_ids(store, "ana", "green tea") == [ana.id]
+    assert await _nearest_ids(store, "bob", "green tea") == [bob.id]
+    assert [m.id for m in await store.recall("bob", "green tea")] == [bob.id]
+    # Two in-memory databases: the same URL, two databases, two caches.
+    one = MemoryStore.from_url("sqlite://:memory:", embedder=HashingEmbedder())
+    two = MemoryStore.from_url("sqlite://:memory:", embedder=HashingEmbedder())
+    only = await one.remember("ana", "Likes green tea")
+    assert await _nearest_ids(one, "ana", "green tea") == [only.id]
+    await two.remember("bob", "Likes green tea")
+    assert await _nearest_ids(two, "ana", "green tea") == []
+    for each in (store, one, two):
+        await each.close()
+
+
+async def test_evicted_blocks_are_read_again(tmp_path: Path, fresh_cache: None) -> None:
+    # A budget so small that each block holds 256 rows and most are evicted between reads.
+    cache.configure(max_bytes=2_000_000)
+    store = MemoryStore.from_url(f"sqlite:///{tmp_path / 'e.db'}", embedder=HashingEmbedder(64))
+    memories = [store.new_memory("ana", f"note {n} about topic{n}") for n in range(1_200)]
+    await store.remember_many(memories)
+    assert (await _nearest_ids(store, "ana", memories[17].text))[0] == memories[17].id
+    for n in range(1_200):  # crowd the blocks out
+        cache.put(("filler", n), n, weight=2_000)
+    await store.forget("ana", memories[900].id)
+    found = await _nearest_ids(store, "ana", memories[900].text)
+    assert memories[900].id not in found and found
+    assert (await _nearest_ids(store, "ana", memories[1111].text))[0] == memories[1111].id
+    await store.close()
+
+
+async def test_a_reader_does_not_put_back_what_a_forget_took_out(
+    tmp_path: Path, fresh_cache: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = MemoryStore.from_url(f"sqlite:///{tmp_path / 'x.db'}", embedder=HashingEmbedder())
+    gone = await store.remember("ana", "Ana's old address")
+    assert store.semantic is not None
+    read_rows = type(store.semantic)._rows
+
+    async def forget_meanwhile(self: SemanticIndex, *args: object) -> object:
+        rows = await read_rows(self, *args)  # type: ignore[arg-type]
+        forget_cached(store.engine, store.tables, "ana", [gone.id])  # another task's forget
+        return rows
+
+    monkeypatch.setattr(SemanticIndex, "_rows", forget_meanwhile)
+    await _nearest_ids(store, "ana", "address")  # read before the forget: may see it
+    monkeypatch.undo()
+    assert gone.id not in (_cached_ids(store, "ana") or set())
+    await store.close()
+
+
+async def test_vectors_of_another_length_under_one_model_name_are_refused(
+    tmp_path: Path, fresh_cache: None
+) -> None:
+    url = f"sqlite:///{tmp_path / 'd.db'}"
+    short = HashingEmbedder(64)
+    await (store := MemoryStore.from_url(url, embedder=short)).remember("ana", "Likes tea")
+    longer = HashingEmbedder(128)
+    longer.name = short.name  # the same name, another model: its vectors do not fit
+    other = MemoryStore.from_url(url, embedder=longer)
+    await other.remember("ana", "Likes coffee")
+    cache.clear()
+    with pytest.raises(ConfigurationError, match="re-embed the scope"):
+        await other.recall("ana", "tea")
+    await other.close()
+    await store.close()

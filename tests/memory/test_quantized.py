@@ -1,0 +1,95 @@
+"""Quantised vector blocks: int8 codes rank as float32 does, sign bits keep the neighbours."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from memstack.memory.quantized import Block, centroid, nearest
+
+
+def _unit(rows: np.ndarray) -> np.ndarray:
+    return rows / np.linalg.norm(rows, axis=1, keepdims=True)
+
+
+def _clustered(n: int, dim: int, seed: int = 0) -> np.ndarray:
+    """Vectors in a few dozen topics, as sentence embeddings are (not uniform noise)."""
+    rng = np.random.default_rng(seed)
+    topics = rng.standard_normal((40, dim))
+    return _unit(topics[rng.integers(0, 40, n)] + 0.8 * rng.standard_normal((n, dim)))
+
+
+def _exact(vectors: np.ndarray, query: np.ndarray, k: int) -> list[int]:
+    scores = vectors @ (query / np.linalg.norm(query))
+    return [int(i) for i in np.argsort(-scores, kind="stable")[:k]]
+
+
+def test_codes_keep_the_cosines_and_the_order_of_float32() -> None:
+    vectors = _clustered(500, 384)
+    ids = [f"m{i}" for i in range(500)]
+    block = Block.build(ids, vectors)
+    query = vectors[7] + 0.3 * _clustered(1, 384, seed=1)[0]
+    found = nearest([block], query, 10)
+    exact = vectors @ (query / np.linalg.norm(query))
+    assert [ids.index(i) for i, _ in found][:5] == _exact(vectors, query, 5)
+    for memory_id, cosine in found:
+        assert cosine == pytest.approx(exact[ids.index(memory_id)], abs=0.01)
+
+
+def test_the_shortlist_keeps_the_nearest_of_a_large_scope() -> None:
+    vectors = _clustered(20_000, 384)
+    ids = [f"m{i}" for i in range(len(vectors))]
+    blocks = [
+        Block.build(ids[s : s + 3_000], vectors[s : s + 3_000]) for s in range(0, 20_000, 3_000)
+    ]
+    rng = np.random.default_rng(2)
+    overlap = []
+    for row in rng.integers(0, len(vectors), 20):
+        query = vectors[row] + 0.5 * rng.standard_normal(384) / np.sqrt(384)
+        found = {ids.index(i) for i, _ in nearest(blocks, query, 20, shortlist=1_000)}
+        overlap.append(len(found & set(_exact(vectors, query, 20))) / 20)
+    assert min(overlap) >= 0.8 and sum(overlap) / len(overlap) >= 0.95
+
+
+def test_blocks_are_values_grown_and_shrunk_into_new_blocks() -> None:
+    vectors = _clustered(6, 16)
+    block = Block.build(["a", "b", "c"], vectors[:3])
+    grown = block.extended(["d", "e", "f"], vectors[3:])
+    assert (len(block), len(grown)) == (3, 6)
+    smaller = grown.without({"b", "e", "zz"})
+    assert smaller.ids == ("a", "c", "d", "f") and grown.ids[1] == "b"
+    assert smaller.without({"zz"}) is smaller
+    assert "b" not in {i for i, _ in nearest([smaller], vectors[1], 6)}
+    assert [i for i, _ in nearest([smaller], vectors[3], 1)] == ["d"]
+    with pytest.raises(ValueError, match="dimensions"):
+        block.extended(["x"], np.ones((1, 8)))
+
+
+def test_across_blocks_the_best_come_first_whatever_block_holds_them() -> None:
+    vectors = _clustered(40, 70)  # 70: sign words are padded to 64-bit multiples
+    blocks = [
+        Block.build([f"m{i}" for i in range(s, s + 10)], vectors[s : s + 10])
+        for s in (0, 10, 20, 30)
+    ]
+    for shortlist in (5, 100):
+        found = nearest(
+            [*blocks, Block.build((), np.zeros((0, 70)))], vectors[33], 3, shortlist=shortlist
+        )
+        assert found[0][0] == "m33" and found[0][1] == pytest.approx(1.0, abs=0.01)
+        assert [c for _, c in found] == sorted((c for _, c in found), reverse=True)
+
+
+def test_nothing_to_find_finds_nothing() -> None:
+    block = Block.build(["a"], np.ones((1, 8)))
+    assert nearest([], np.ones(8), 3) == []
+    assert nearest([block], np.zeros(8), 3) == []  # no direction
+    assert nearest([block], np.ones(4), 3) == []  # another model's vector
+    assert nearest([block], np.ones(8), 0) == []
+
+
+def test_the_centroid_of_ids_is_their_mean_unit_vector() -> None:
+    vectors = _clustered(4, 32)
+    block = Block.build(["a", "b", "c", "d"], vectors)
+    middle = centroid([block], {"a", "c", "missing"})
+    assert np.allclose(middle, (vectors[0] + vectors[2]) / 2, atol=0.02)
+    assert centroid([block], {"missing"}) is None
