@@ -21,7 +21,6 @@ import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
 
 from memstack.memory.models import Memory
 
@@ -30,7 +29,6 @@ __all__ = [
     "HEADER",
     "CachedCount",
     "Packed",
-    "diversify",
     "pack",
     "precedence",
     "precedence_order",
@@ -90,42 +88,6 @@ def telling(text: str, *, question_weight: float) -> float:
         return 1.0
     asked = sum(s.rstrip().endswith("?") for s in sentences) / len(sentences)
     return 1.0 - (1.0 - question_weight) * asked
-
-
-def diversify(
-    scored: Sequence[tuple[Memory, float]],
-    vectors: Sequence[Any | None],
-    *,
-    diversity: float,
-) -> list[tuple[Memory, float]]:
-    """``scored`` reordered by maximal marginal relevance (Carbonell & Goldstein, 1998).
-
-    Greedy: next comes the candidate with the best ``(1 - diversity) * score - diversity
-    * cosine`` to the most similar one already placed; scores are the best score's shares,
-    so the trade-off does not depend on their scale. ``vectors`` are unit vectors, one
-    per candidate (None: never penalised). The scores returned are the originals.
-    """
-    if diversity <= 0.0 or len(scored) < 3:
-        return list(scored)
-    import numpy as np
-
-    top = max(score for _, score in scored) or 1.0
-    relevance = np.array([score / top for _, score in scored], dtype=np.float32)
-    have = [i for i, vector in enumerate(vectors) if vector is not None]
-    likeness = np.zeros((len(scored), len(scored)), dtype=np.float32)
-    if have:
-        matrix = np.stack([np.asarray(vectors[i], dtype=np.float32) for i in have])
-        likeness[np.ix_(have, have)] = np.einsum("ik,jk->ij", matrix, matrix)
-    nearest = np.zeros(len(scored), dtype=np.float32)  # unlike anything: no cost, no gain
-    left = np.ones(len(scored), dtype=bool)
-    order: list[int] = []
-    for _ in range(len(scored)):
-        gain = np.where(left, (1 - diversity) * relevance - diversity * nearest, -np.inf)
-        pick = int(np.argmax(gain))
-        order.append(pick)
-        left[pick] = False
-        nearest = np.maximum(nearest, likeness[pick])
-    return [scored[i] for i in order]
 
 
 def precedence_order(memories: Iterable[Memory]) -> list[Memory]:

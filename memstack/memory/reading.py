@@ -31,14 +31,14 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from memstack.memory.models import Memory
 from memstack.memory.parts import StoreParts
 from memstack.memory.queries import live
-from memstack.memory.ranking import diversify, precedence, telling
+from memstack.memory.ranking import precedence, telling
 from memstack.memory.recall_policy import RecallPolicy
 from memstack.memory.rows import memory_from_row
 from memstack.memory.schema import Tables
 from memstack.memory.semantic import fuse_scores
 from memstack.memory.text import query_term_counts
 
-__all__ = ["profile", "recall_ranked", "scopes", "search", "select_memories"]
+__all__ = ["profile", "scopes", "search", "select_memories"]
 
 # Standing preferences and facts considered for the profile part of a recall.
 PROFILE = 50
@@ -140,27 +140,6 @@ async def search(
     ]
     scored.sort(key=lambda pair: (-pair[1], -pair[0].created_at, pair[0].id))
     return scored[:limit]
-
-
-async def recall_ranked(
-    parts: StoreParts,
-    scope: str,
-    query: str,
-    *,
-    limit: int,
-    kinds: Sequence[str] | None,
-    policy: RecallPolicy = _DEFAULT_POLICY,
-) -> list[Memory]:
-    """``search``'s candidates in the order recall packs them: near-repeats moved down.
-
-    A budget filled with five wordings of one thing holds less evidence than one filled
-    with five things; the vectors the search just used tell which candidates repeat.
-    """
-    scored = await search(parts, scope, query, limit=limit, kinds=kinds, policy=policy)
-    if parts.semantic is not None and policy.diversity > 0.0:
-        vectors = parts.semantic.unit_vectors(scope, [memory.id for memory, _ in scored])
-        scored = diversify(scored, vectors, diversity=policy.diversity)
-    return [memory for memory, _ in scored]
 
 
 async def _live_rows(

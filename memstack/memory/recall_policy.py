@@ -55,10 +55,6 @@ class RecallPolicy:
     #: someone asked ("what was the event like?") holds no fact, yet it shares the words
     #: and the form of the question recall is asked (``memstack.memory.ranking.telling``).
     question_weight: float = 0.3
-    #: How much a candidate's likeness (cosine) to the memories ranked above it costs it,
-    #: against its relevance: near-repeats make way for other evidence in the budget
-    #: (maximal marginal relevance; 0: by relevance alone). Needs an embedder.
-    diversity: float = 0.1
 
     def __post_init__(self) -> None:
         _number("semantic_weight", self.semantic_weight, 0.0, 1.0)
@@ -67,7 +63,6 @@ class RecallPolicy:
         _number("feedback", self.feedback, 0, 50)
         _number("feedback_weight", self.feedback_weight, 0.0, 10.0)
         _number("question_weight", self.question_weight, 0.0, 1.0)
-        _number("diversity", self.diversity, 0.0, 1.0)
         if not isinstance(self.feedback, int):
             raise ConfigurationError(
                 f"feedback must be an int, not {self.feedback!r}", layer=_LAYER

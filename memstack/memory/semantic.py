@@ -125,13 +125,6 @@ class SemanticIndex:
         vector = np.asarray(query, dtype=np.float32)
         return vector / max(float(np.linalg.norm(vector)), 1e-12) + weight * centroid
 
-    def unit_vectors(self, scope: str, ids: Sequence[str]) -> list[Any]:
-        """The in-process unit vector of each id (None for one not indexed here)."""
-        index = self._indexes.get(scope)
-        if index is None:
-            return [None] * len(ids)
-        return [index.centroid([memory_id]) for memory_id in ids]
-
     async def _refreshed(self, conn: AsyncConnection, scope: str) -> VectorIndex:
         index = self._indexes.pop(scope, None) or VectorIndex()
         self._indexes[scope] = index  # most recently used last

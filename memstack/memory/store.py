@@ -403,11 +403,7 @@ class MemoryStore:
                 f"max_tokens must be an int >= 1, not {max_tokens!r}", layer=LAYER
             )
         limit = self.recall_policy.candidates(max_tokens)
-        check_scope(scope)
-        await self._prepare(scope)
-        ranked = await reading.recall_ranked(
-            self.parts, scope, query, limit=limit, kinds=kinds, policy=self.recall_policy
-        )
+        ranked = [m for m, _ in await self.search(scope, query, limit=limit, kinds=kinds)]
         if profile:
             await self._prepare()
             ranked += await reading.profile(self.parts, scope, exclude={m.id for m in ranked})
