@@ -86,7 +86,7 @@ def telling(text: str, *, question_weight: float) -> float:
     sentences = [s for s in _SENTENCE_END.split(text.strip()) if s]
     if not sentences:
         return 1.0
-    asked = sum(s.rstrip().endswith("?") for s in sentences) / len(sentences)
+    asked: float = sum(s.rstrip().endswith("?") for s in sentences) / len(sentences)
     return 1.0 - (1.0 - question_weight) * asked
 
 
