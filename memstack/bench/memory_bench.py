@@ -233,9 +233,10 @@ class Config:
     def label(self) -> str:
         p = self.policy
         how = (
-            f"w={p.semantic_weight:g} floor={p.min_similarity:g} hops={p.feedback}"
+            f"w={p.semantic_weight:g} floor={p.min_similarity:g} hops={p.feedback} "
+            f"q={p.question_weight:g}"
             if self.semantic
-            else "words"
+            else f"words q={p.question_weight:g}"
         )
         return f"context ±{self.context}, {how}"
 
@@ -244,7 +245,8 @@ def _grid(semantic: bool) -> list[Config]:
     """The configurations swept; the library's defaults come first (they win ties)."""
     default = RecallPolicy()
     if not semantic:
-        return [Config(c, default, False) for c in (2, 1, 3)]
+        words = [default, RecallPolicy(question_weight=1.0)]
+        return [Config(c, p, False) for c in (2, 1, 3) for p in words]
     # Weight 0.7 and context ±1 lost on every conversation in the first sweep
     # (benchmarks/README.md, "bench memory"); they are left out to keep the run short.
     policies = [default] + [
@@ -254,6 +256,9 @@ def _grid(semantic: bool) -> list[Config]:
         for h in (0, 3)
         if (w, f, h) != (default.semantic_weight, default.min_similarity, default.feedback)
     ]
+    # Issue 23's question weight switched off: left-out keeps it only if the other
+    # conversations prefer it.
+    policies.append(RecallPolicy(question_weight=1.0))
     return [Config(c, p, True) for c in (2, 3) for p in policies]
 
 

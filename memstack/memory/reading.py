@@ -32,7 +32,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from memstack.memory.models import Memory
 from memstack.memory.parts import StoreParts
 from memstack.memory.queries import live
-from memstack.memory.ranking import precedence
+from memstack.memory.ranking import precedence, telling
 from memstack.memory.recall_policy import RecallPolicy
 from memstack.memory.rows import memory_from_row
 from memstack.memory.schema import Tables
@@ -137,7 +137,12 @@ async def search(
         relevance = {memory_id: score / top for memory_id, score in fused.items()}
     wanted = set(kinds) if kinds else None
     scored = [
-        (memory, relevance[memory_id] * precedence(memory, now=now))
+        (
+            memory,
+            relevance[memory_id]
+            * precedence(memory, now=now)
+            * telling(memory.text, question_weight=policy.question_weight),
+        )
         for memory_id, memory in memories.items()
         if wanted is None or memory.kind in wanted
     ]

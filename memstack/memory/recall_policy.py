@@ -51,6 +51,10 @@ class RecallPolicy:
     feedback: int = 0
     #: How far the second search's query moves toward those hits.
     feedback_weight: float = 0.5
+    #: What a sentence that asks counts for, against 1 for one that tells: a question
+    #: someone asked ("what was the event like?") holds no fact, yet it shares the words
+    #: and the form of the question recall is asked (``memstack.memory.ranking.telling``).
+    question_weight: float = 0.3
 
     def __post_init__(self) -> None:
         _number("semantic_weight", self.semantic_weight, 0.0, 1.0)
@@ -58,6 +62,7 @@ class RecallPolicy:
         _number("candidates_per_token", self.candidates_per_token, 0.001, 1.0)
         _number("feedback", self.feedback, 0, 50)
         _number("feedback_weight", self.feedback_weight, 0.0, 10.0)
+        _number("question_weight", self.question_weight, 0.0, 1.0)
         if not isinstance(self.feedback, int):
             raise ConfigurationError(
                 f"feedback must be an int, not {self.feedback!r}", layer=_LAYER
