@@ -22,9 +22,10 @@ Each session first gets ``--warmup`` untimed turns (users of a recipe with long-
 memory first get one remembered preference). Reported per variant: throughput, p50/p95
 latency, their ratios to bare, the server's RSS growth over the timed requests (the
 uvicorn process and its workers, from ``/proc``) and how much of it the process cache
-holds at the end (``GET /stats``: bounded by its budget, 64 MiB by default), the most PostgreSQL connections the
-server held at once (``pg_stat_activity`` rows whose client port is one of the server's
-sockets, sampled every 0.2 s) and failed requests (not HTTP 200, or no answer).
+holds at the end (``GET /stats``: bounded by its budget, 64 MiB by default), the most
+PostgreSQL connections the server held at once (``pg_stat_activity`` rows whose client
+port is one of the server's sockets, sampled every 0.2 s) and failed requests (not HTTP
+200, or no answer).
 
 Then, unless ``--no-two-workers``: each variant again with ``--workers 2`` and no
 keep-alive (a new connection per request): ``--rw-clients`` clients each send
