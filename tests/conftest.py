@@ -7,6 +7,7 @@ servers with MEMSTACK_TEST_POSTGRES_URL / _MYSQL_URL / _REDIS_URL.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import socket
@@ -30,6 +31,11 @@ set_tracing_disabled(True)
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    if getattr(config.option, "numprocesses", None) and not hasattr(config, "workerinput"):
+        # pytest-xdist's controller, before any worker starts: the stores' default tables,
+        # created once. Two workers creating them at one moment on a fresh database race
+        # (PostgreSQL refuses the second CREATE with a unique violation on pg_type).
+        asyncio.run(_create_default_tables())
     # The mutation check (tests/mutants.py) breaks one behaviour for a whole child run.
     if mutant := os.environ.get("MEMSTACK_MUTANT"):
         from hypothesis import Phase, settings
@@ -51,6 +57,18 @@ REDIS_URL = os.environ.get("MEMSTACK_TEST_REDIS_URL", "redis://127.0.0.1:6379/15
 IN_CI = os.environ.get("CI", "").lower() == "true"
 
 SessionFactory = Callable[[str], Session]
+
+
+async def _create_default_tables() -> None:
+    from sqlalchemy.ext.asyncio import create_async_engine
+
+    for url in (POSTGRES_URL, MYSQL_URL):
+        if _reachable(url):
+            engine = create_async_engine(url)
+            try:
+                await open_backend(url, "tables", engine=engine).get_items(limit=1)
+            finally:
+                await engine.dispose()
 
 
 def _reachable(url: str) -> bool:

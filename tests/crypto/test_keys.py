@@ -49,8 +49,9 @@ def test_generated_and_fernet_keys_are_accepted() -> None:
         base64.urlsafe_b64encode(bytes(32)).decode(),
         "",
         b"",
-        os.urandom(31),
-        base64.urlsafe_b64encode(os.urandom(24)).decode(),  # random, but 24 bytes
+        # Random values under fixed ids: pytest-xdist's workers must collect the same names.
+        pytest.param(os.urandom(31), id="random-31-bytes"),
+        pytest.param(base64.urlsafe_b64encode(os.urandom(24)).decode(), id="random-24-bytes-b64"),
     ],
 )
 def test_low_entropy_or_wrong_length_keys_are_refused(weak: bytes | str) -> None:
