@@ -37,7 +37,7 @@ _SDK_DESERIALIZE = SQLAlchemySession._deserialize_item
 
 
 @functools.lru_cache(maxsize=64)
-def _newest_statement(name: str, schema: str | None) -> Select[Any]:
+def _newest_statement(name: str, schema: str | None) -> Select[tuple[Any, Any]]:
     """A table's ``(id, message_data)`` rows of one session, newest first, for every store.
 
     Built over a table clause of its own, not the store's ``Table``: a statement over the
@@ -46,7 +46,11 @@ def _newest_statement(name: str, schema: str | None) -> Select[Any]:
     ``memstack.backends.prototypes``) would pay for each.
     """
     messages = table(
-        name, column("id"), column("message_data"), column("session_id"), column("created_at"),
+        name,
+        column("id"),
+        column("message_data"),
+        column("session_id"),
+        column("created_at"),
         schema=schema,
     )
     return (
@@ -112,7 +116,8 @@ class SQLAlchemyCapabilities(sql.PlanCapabilities):
             async with store._session() as sess:
 
                 async def fetch(window: int) -> Sequence[Any]:
-                    return (await sess.execute(newest.limit(window), params)).all()
+                    rows: Sequence[Any] = (await sess.execute(newest.limit(window), params)).all()
+                    return rows
 
                 return await newest_rows(fetch, n, store=place, session_id=store.session_id)
 
