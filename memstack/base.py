@@ -313,11 +313,18 @@ class SessionLayer:
         close = getattr(self.inner, "close", None)
         return close() if callable(close) else None
 
-    @functools.cached_property
+    _capabilities: StorageCapabilities | None = None
+
+    @property
     def capabilities(self) -> StorageCapabilities:
         """``storage_capabilities()``, built once for this layer: the stack below it never
         changes, so neither does its adapter chain (``capabilities_of`` answers with it)."""
-        return self.storage_capabilities()
+        # An attribute, not functools.cached_property: that writes the instance's
+        # __dict__, which makes CPython give every layer of every live stack a dict.
+        built = self._capabilities
+        if built is None:
+            built = self._capabilities = self.storage_capabilities()
+        return built
 
     def storage_capabilities(self) -> StorageCapabilities:
         """What the store below can do, as seen through this layer.

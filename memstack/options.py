@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from datetime import timedelta
-from typing import Annotated, Any, ClassVar, Self
+from typing import Annotated, Any, ClassVar, Self, TypeVar
 
 from pydantic import (
     AfterValidator,
@@ -50,6 +50,7 @@ __all__ = [
     "Options",
     "Size",
     "must_be_callable",
+    "shared",
 ]
 
 
@@ -226,3 +227,23 @@ def must_be_callable(value: object) -> object:
     if not callable(value):
         raise ValueError("not callable")
     return value
+
+
+P = TypeVar("P")
+_SHARED: dict[Any, Any] = {}
+_SHARED_MAX = 1024
+
+
+def shared(policy: P) -> P:
+    """The first kept policy equal to ``policy`` (of the same type), else ``policy`` itself.
+
+    For small immutable policies a layer derives from its options (a window's budget, a
+    TTL's expiry): thousands of live stacks built alike then hold one of each, not one each.
+    """
+    key = (type(policy), policy)
+    found = _SHARED.get(key)
+    if found is not None:
+        return found  # type: ignore[no-any-return]
+    if len(_SHARED) < _SHARED_MAX:
+        _SHARED.setdefault(key, policy)
+    return policy

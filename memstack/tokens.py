@@ -24,6 +24,7 @@ tokenizes the new items.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -46,6 +47,7 @@ __all__ = [
     "ItemCounter",
     "TokenCounter",
     "counts",
+    "default_counter",
     "encoding_for_model",
     "item_digest",
 ]
@@ -261,3 +263,13 @@ class TokenCounter:
 
     def __repr__(self) -> str:
         return f"TokenCounter(model={self.model!r}, encoding={self.encoding_name!r})"
+
+
+@functools.lru_cache(maxsize=64)
+def default_counter(model: str | None = None) -> TokenCounter:
+    """The counter a layer uses when given none: one per model for the whole process.
+
+    Counts depend on the model's encoding alone (and are cached process-wide by ``way``),
+    so thousands of live stacks need not each hold a counter of their own.
+    """
+    return TokenCounter(model)

@@ -263,3 +263,54 @@ def test_the_memory_layers_store_comes_from_the_recipe(tmp_path: Path):
     )
     assert recipe.layers[0].options == {"scope": "u1"}
     assert recipe.validate() == []
+
+
+def test_stacks_built_from_one_recipe_share_their_policies(monkeypatch, tmp_path: Path):
+    # Thousands of live stacks of one recipe hold one of each immutable policy, not one each.
+    from memstack import CompactionSession, EncryptedSession, SlidingWindowSession, TTLSession
+    from memstack.crypto import generate_key
+
+    monkeypatch.setenv("SHARE_KEY", generate_key())
+    path = write(
+        tmp_path,
+        """
+[backend]
+url = "sqlite://:memory:"
+
+[[layers]]
+layer = "ttl"
+ttl = "30d"
+
+[[layers]]
+layer = "encrypted"
+keyring = { provider = "memstack.crypto:keyring_from_env", active = "SHARE_KEY" }
+
+[[layers]]
+layer = "compaction"
+trigger = { tokens = 6000, target = 3000 }
+strategy = [{ mask = { keep_last_outputs = 4 } }, { summarize = { summarizer = "extractive" } }]
+
+[[layers]]
+layer = "window"
+max_tokens = 10000
+low_watermark = 0.7
+""",
+    )
+    recipe = load_recipe(path)
+    a, b = (recipe.stack_over(InMemorySession(name)) for name in ("a", "b"))
+    assert a.find(TTLSession).expiry is b.find(TTLSession).expiry
+    assert a.find(EncryptedSession).keys is b.find(EncryptedSession).keys
+    ca, cb = a.find(CompactionSession), b.find(CompactionSession)
+    assert (ca.mask, ca.compactor, ca.trigger) == (cb.mask, cb.compactor, cb.trigger)
+    assert ca.mask is cb.mask and ca.compactor is cb.compactor and ca.trigger is cb.trigger
+    assert ca.counter is cb.counter
+    wa, wb = a.find(SlidingWindowSession), b.find(SlidingWindowSession)
+    assert wa.budget is wb.budget and wa.low is wb.low and wa.counter is wb.counter
+    # Changed options are other policies, never an earlier stack's.
+    other = load_recipe(path, compaction={"trigger": {"items": 6000}}).stack_over(
+        InMemorySession("c")
+    )
+    assert other.find(CompactionSession).trigger != ca.trigger
+    monkeypatch.setenv("SHARE_KEY", generate_key())
+    rotated = recipe.stack_over(InMemorySession("d"))
+    assert rotated.find(EncryptedSession).keys is not a.find(EncryptedSession).keys

@@ -12,11 +12,12 @@ concurrent writers, a serialisation failure) under its ``retry`` policy
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from agents.extensions.memory import SQLAlchemySession
-from sqlalchemy import select, text
+from sqlalchemy import Select, bindparam, column, select, table, text
 
 import memstack.backends.sql as sql
 from memstack.backends.capabilities import StorageCapabilities, Tail
@@ -33,6 +34,30 @@ T = TypeVar("T")
 
 # Raw reads parse rows themselves: only while the store parses them this way.
 _SDK_DESERIALIZE = SQLAlchemySession._deserialize_item
+
+
+@functools.lru_cache(maxsize=64)
+def _newest_statement(name: str, schema: str | None) -> Select[tuple[Any, Any]]:
+    """A table's ``(id, message_data)`` rows of one session, newest first, for every store.
+
+    Built over a table clause of its own, not the store's ``Table``: a statement over the
+    store's columns memoises comparators on them, about 4 KB per store, which a server
+    holding thousands of stores (each with its own ``Table`` when not built by
+    ``memstack.backends.prototypes``) would pay for each.
+    """
+    messages = table(
+        name,
+        column("id"),
+        column("message_data"),
+        column("session_id"),
+        column("created_at"),
+        schema=schema,
+    )
+    return (
+        select(messages.c.id, messages.c.message_data)
+        .where(messages.c.session_id == bindparam("session_id"))
+        .order_by(messages.c.created_at.desc(), messages.c.id.desc())
+    )
 
 
 class SQLAlchemyCapabilities(sql.PlanCapabilities):
@@ -83,18 +108,16 @@ class SQLAlchemyCapabilities(sql.PlanCapabilities):
         if type(store)._deserialize_item is not _SDK_DESERIALIZE or n <= 0:
             return await super().read_newest(n, wrapper=wrapper)
         messages = store._messages
-        newest = (
-            select(messages.c.id, messages.c.message_data)
-            .where(messages.c.session_id == store.session_id)
-            .order_by(messages.c.created_at.desc(), messages.c.id.desc())
-        )
+        newest = _newest_statement(messages.name, messages.schema)
+        params = {"session_id": store.session_id}
         place = (str(store.engine.url), messages.name)  # a str: hashed once, not per row
         with store_errors(store):
             await store._ensure_tables()
             async with store._session() as sess:
 
                 async def fetch(window: int) -> Sequence[Any]:
-                    return (await sess.execute(newest.limit(window))).all()
+                    rows: Sequence[Any] = (await sess.execute(newest.limit(window), params)).all()
+                    return rows
 
                 return await newest_rows(fetch, n, store=place, session_id=store.session_id)
 

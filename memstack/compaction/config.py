@@ -22,7 +22,7 @@ checks that need the wrapped store (a server-side conversation, an atomic store 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Annotated, Any, Literal, Self
 
 from pydantic import Field, SkipValidation, model_validator
@@ -49,6 +49,41 @@ _SUMMARIZERS: dict[str, Callable[..., Any]] = {
     "openai": OpenAIChatSummarizer,
     "quoting": QuotingSummarizer,
 }
+
+
+# Summarisers that hold nothing but their options: built once per configuration and shared
+# by every stack built from it, like masks and triggers. A model summariser holds a client
+# and stays its stack's own (freed with it; the client is the process's).
+_PURE_SUMMARIZERS = frozenset({"extractive", "quoting"})
+# Policies built from plain tables, by the table: a server builds a stack per request or
+# keeps thousands alive, and each would otherwise hold its own copies of the same policies.
+_BUILT: dict[Hashable, Any] = {}
+_BUILT_MAX = 256
+
+
+def _frozen(value: object) -> Hashable:
+    """``value`` (plain TOML-like data) as a key; ``TypeError`` for anything else."""
+    if isinstance(value, Mapping):
+        return (dict, tuple((key, _frozen(item)) for key, item in value.items()))
+    if isinstance(value, list | tuple):
+        return (list, tuple(_frozen(item) for item in value))
+    if value is None or isinstance(value, str | int | float):
+        return (type(value), value)  # the type: 1, 1.0 and True are equal keys otherwise
+    raise TypeError(f"not plain data: {type(value).__name__}")
+
+
+def _shared(what: str, config: object, build: Callable[[], Any]) -> Any:
+    """``build()``, shared with every earlier build from an equal plain ``config``."""
+    try:
+        key = (what, _frozen(config))
+    except TypeError:
+        return build()  # objects inside: nothing says two builds are alike
+    found = _BUILT.get(key)
+    if found is None:
+        found = build()
+        if len(_BUILT) < _BUILT_MAX:
+            _BUILT[key] = found
+    return found
 
 
 def _one_key(value: object, what: str, allowed: Sequence[str]) -> tuple[str, Any]:
@@ -81,6 +116,25 @@ def _summarizer(value: object) -> Any:
 def _strategy(entry: object) -> Any:
     if not isinstance(entry, Mapping):
         return entry
+    if _is_pure(entry):
+        return _shared("strategy", entry, lambda: _build_strategy(entry))
+    return _build_strategy(entry)
+
+
+def _is_pure(entry: Mapping[str, Any]) -> bool:
+    """Whether the strategy ``entry`` builds holds no resource (no model client)."""
+    if "mask" in entry:
+        return True
+    summarize = entry.get("summarize")
+    if not isinstance(summarize, Mapping):
+        return False
+    summarizer = summarize.get("summarizer")
+    if isinstance(summarizer, str):
+        return summarizer in _PURE_SUMMARIZERS
+    return isinstance(summarizer, Mapping) and set(summarizer) <= _PURE_SUMMARIZERS
+
+
+def _build_strategy(entry: Mapping[str, Any]) -> Any:
     kind, options = _one_key(entry, "strategy", ["mask", "summarize", "responses_compact"])
     if kind == "mask":
         return _build(Mask, "strategy 'mask'", options)
@@ -110,8 +164,9 @@ def trigger_from_config(value: object) -> Trigger | None:
             f"trigger must be {{ tokens|items|turns = N, target = M }}; got {dict(value)!r}"
         )
     kind = kinds[0]
-    trigger: Trigger = _build(
-        _TRIGGERS[kind], f"trigger {kind!r}", {"limit": value[kind], "target": value.get("target")}
+    options = {"limit": value[kind], "target": value.get("target")}
+    trigger: Trigger = _shared(
+        "trigger", value, lambda: _build(_TRIGGERS[kind], f"trigger {kind!r}", options)
     )
     return trigger
 

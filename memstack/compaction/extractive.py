@@ -30,7 +30,7 @@ from memstack.compaction.salient import occurs, salient_tokens
 from memstack.compaction.summarizer import SummaryRequest
 from memstack.errors import ConfigurationError
 from memstack.history import is_output, item_type, pair_key
-from memstack.tokens import ItemCounter, TokenCounter
+from memstack.tokens import ItemCounter, default_counter
 
 __all__ = ["ExtractiveSummarizer"]
 
@@ -63,7 +63,7 @@ class ExtractiveSummarizer:
                 raise ConfigurationError(
                     f"{name} must be an int >= 16, got {value!r}", layer=type(self).__name__
                 )
-        self.counter: ItemCounter = counter if counter is not None else TokenCounter()
+        self.counter: ItemCounter = counter if counter is not None else default_counter()
         self.message_chars = message_chars
         self.call_chars = call_chars
         self.output_chars = output_chars

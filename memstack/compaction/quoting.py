@@ -43,7 +43,7 @@ from memstack.compaction.salient import salient_tokens
 from memstack.compaction.summarizer import SummaryRequest
 from memstack.errors import ConfigurationError
 from memstack.history import is_output, item_type, pair_key
-from memstack.tokens import ItemCounter, TokenCounter
+from memstack.tokens import ItemCounter, default_counter
 
 __all__ = ["LEAD", "QuotingSummarizer"]
 
@@ -80,7 +80,7 @@ class QuotingSummarizer:
             raise ConfigurationError(
                 f"line_chars must be an int >= 40, got {line_chars!r}", layer="QuotingSummarizer"
             )
-        self.counter: ItemCounter = counter if counter is not None else TokenCounter()
+        self.counter: ItemCounter = counter if counter is not None else default_counter()
         self.line_chars = line_chars
         self.keep_fields = field_table(keep_fields, owner="QuotingSummarizer")
 

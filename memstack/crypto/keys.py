@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import hashlib
 import os
 import re
@@ -205,6 +206,13 @@ def keyring_from_env(active: str, older: Sequence[str] = ()) -> Keyring:
             raise ConfigurationError(f"environment variable {name!r} holding a key is not set")
         values.append(value)
     try:
-        return Keyring.of(*values)
+        return _keyring_of(tuple(values))
     except ConfigurationError as exc:
         raise ConfigurationError(f"{exc.reason} (keys from {', '.join((active, *older))})") from exc
+
+
+@functools.lru_cache(maxsize=16)
+def _keyring_of(values: tuple[str, ...]) -> Keyring:
+    # A recipe resolves its keyring for every stack it builds: the same variables' values
+    # give one shared (immutable) Keyring, changed values a new one.
+    return Keyring.of(*values)

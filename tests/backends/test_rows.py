@@ -179,3 +179,21 @@ async def test_a_row_too_large_for_the_budget_leaves_nothing_behind(store: Store
         cache.configure(max_bytes=cache.DEFAULT_MAX_BYTES)
     assert grown < 4_000_000, f"{grown / 1e6:.0f} MB still held after 30 reads of one row"
     await session.clear_session()
+
+
+async def test_a_raw_read_leaves_the_sdk_stores_table_as_it_was(tmp_path):
+    # A server keeps thousands of stores alive, each with its own Table when built
+    # directly: a raw read must not memoise anything on their columns (about 4 KB each).
+    from agents.extensions.memory import SQLAlchemySession
+    from sqlalchemy.ext.asyncio import create_async_engine
+
+    engine = create_async_engine(f"sqlite+aiosqlite:///{tmp_path / 'raw.db'}")
+    try:
+        store = SQLAlchemySession("s1", engine=engine, create_tables=True)
+        await store.add_items(sample_items(3))
+        columns = store._messages.c
+        before = {column.key: set(vars(column)) for column in columns}
+        assert len(await newest(store, 2)) == 2
+        assert {column.key: set(vars(column)) for column in columns} == before
+    finally:
+        await engine.dispose()

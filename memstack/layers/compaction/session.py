@@ -30,7 +30,9 @@ What users can rely on (modes, crashes, pop and expiry, ``on_error``) is in READ
 
 from __future__ import annotations
 
+import functools
 import logging
+import threading
 import warnings
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
@@ -61,7 +63,7 @@ from memstack.errors import (
 )
 from memstack.history import stored_items
 from memstack.pipeline import Need
-from memstack.tokens import ItemCounter, TokenCounter, counts
+from memstack.tokens import ItemCounter, counts, default_counter
 
 if TYPE_CHECKING:
     from agents.memory import Session
@@ -70,6 +72,21 @@ if TYPE_CHECKING:
 __all__ = ["CompactionSession"]
 
 logger = logging.getLogger("memstack.compaction")
+_MAKING_LOCKS = threading.Lock()
+
+
+@functools.lru_cache(maxsize=256)
+def _reprs(trigger: object, mask: object) -> tuple[str, str]:
+    return repr(trigger), repr(mask)
+
+
+def _policy_key(trigger: object, mask: object) -> tuple[str, str]:
+    """What the trigger's measure of a view depends on besides the session and counter."""
+    try:
+        return _reprs(trigger, mask)
+    except TypeError:  # a policy of the caller's that is not hashable
+        return repr(trigger), repr(mask)
+
 
 Item = dict[str, Any]
 Strategy = Mask | Compactor
@@ -111,19 +128,49 @@ class CompactionSession(SessionLayer):
         self.mode: Literal["append", "rewrite"] = options.mode
         self.on_error: Literal["warn", "raise"] = options.on_error
         self.counter: ItemCounter = (
-            options.counter if options.counter is not None else TokenCounter(options.model)
+            options.counter if options.counter is not None else default_counter(options.model)
         )
+
+    # Locks are made on first use: most live stacks of a server only read, and a stack
+    # holds nothing a read does not need (thousands of them live in one process).
+    _compacting: aiologic.Lock | None = None
+    _writing: aiologic.Lock | None = None
+
+    @property
+    def _lock(self) -> aiologic.Lock:
+        """One compaction at a time."""
+        if self._compacting is None:
+            self._make_locks()
+        return self._compacting  # type: ignore[return-value]
+
+    @property
+    def _write_lock(self) -> aiologic.Lock:
+        """This process's writes vs. placing a record."""
+        if self._writing is None:
+            self._make_locks()
+        return self._writing  # type: ignore[return-value]
+
+    def _make_locks(self) -> None:
         # Thread-safe and bound to no event loop: the SDK lets threads, each with its own
-        # loop (Runner.run_sync in workers), share one session, so a stack must allow it.
-        self._lock = aiologic.Lock()  # one compaction at a time
-        self._write_lock = aiologic.Lock()  # this process's writes vs. placing a record
-        # The trigger's measure of the view, as of the last read, for the whole process.
-        self._measured = (
+        # loop (Runner.run_sync in workers), share one session, so a stack must allow it;
+        # made under a lock so that two threads never take two different locks.
+        with _MAKING_LOCKS:
+            if self._compacting is None:
+                self._compacting = aiologic.Lock()
+                self._writing = aiologic.Lock()
+
+    def _compacting_now(self) -> bool:
+        return self._compacting is not None and self._compacting.locked()
+
+    @property
+    def _measured(self) -> tuple[object, ...]:
+        """The key of the trigger's measure of the view, as of the last read, for the
+        whole process (made per use, not held: a stack keeps no per-session tuple)."""
+        return (
             "compaction measure",
             type(self.backend).__name__,
             self.session_id,
-            repr(self.trigger),
-            repr(self.mask),
+            _policy_key(self.trigger, self.mask),
             getattr(self.counter, "way", id(self.counter)),
         )
 
@@ -205,7 +252,7 @@ class CompactionSession(SessionLayer):
             )
         async with self._write_lock:
             await self.write_below(items, wrapper)
-        if items and self.trigger is not None and not self._lock.locked():
+        if items and self.trigger is not None and not self._compacting_now():
             known = cache.get(self._measured)
             estimate = None if known is cache.MISSING else known
             estimate = after_write(estimate, self.trigger, items, self.counter)

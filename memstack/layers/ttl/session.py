@@ -76,6 +76,7 @@ from memstack.options import (
     MaybePositiveDuration,
     Options,
     must_be_callable,
+    shared,
 )
 from memstack.pipeline import Need
 
@@ -143,7 +144,7 @@ class TTLSession(SessionLayer):
         self.clock = clock
         self.purge_schedule = PurgeSchedule(options.purge_every)
         self.purge_batch = options.purge_batch
-        self.expiry = Expiry(self.ttl, self.idle_ttl)
+        self.expiry = shared(Expiry(self.ttl, self.idle_ttl))
         self._adopting = True  # False once the store turned out unable to date items in place
 
     @property

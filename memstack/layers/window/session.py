@@ -39,9 +39,10 @@ from memstack.options import (
     ModelName,
     Options,
     Size,
+    shared,
 )
 from memstack.pipeline import Need
-from memstack.tokens import ItemCounter, TokenCounter
+from memstack.tokens import ItemCounter, TokenCounter, default_counter
 
 if TYPE_CHECKING:
     from agents.memory import Session
@@ -117,15 +118,17 @@ class SlidingWindowSession(SessionLayer):
                 f"{type(inner).__name__} cannot (leave trim off: the window is then a view)",
                 layer=type(self).__name__,
             )
-        self.budget = Budget(options.max_items, options.max_turns, options.max_tokens)
+        self.budget = shared(Budget(options.max_items, options.max_turns, options.max_tokens))
         self.low_watermark = options.low_watermark
-        self.low = None if self.low_watermark is None else self.budget.scaled(self.low_watermark)
+        self.low = (
+            None if self.low_watermark is None else shared(self.budget.scaled(self.low_watermark))
+        )
         self.align: Align = options.align
         self.pinned_lookback = options.pinned_lookback
         self.trim = options.trim
         self.counter: ItemCounter | None = None
         if options.max_tokens is not None:
-            self.counter = counter if counter is not None else TokenCounter(model)
+            self.counter = counter if counter is not None else default_counter(model)
         self.min_read = max(self.pinned_lookback, (self.budget.items or 0) + _READ_SLACK)
 
     async def shape(self, below: Tail, wrapper: RunContextWrapper[Any] | None) -> Tail | Need:
