@@ -44,10 +44,9 @@ def pytest_configure(config: pytest.Config) -> None:
 
         apply(mutant, pytest.MonkeyPatch())
         # A failing example is all the check needs: none shrunk, none saved for later runs.
-        settings.register_profile(
-            "mutant", phases=[Phase.explicit, Phase.generate], database=None
-        )
+        settings.register_profile("mutant", phases=[Phase.explicit, Phase.generate], database=None)
         settings.load_profile("mutant")
+
 
 POSTGRES_URL = os.environ.get(
     "MEMSTACK_TEST_POSTGRES_URL", "postgresql+asyncpg://postgres@127.0.0.1:5432/test"

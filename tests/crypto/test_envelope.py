@@ -249,5 +249,3 @@ def test_opened_items_live_under_the_process_budget() -> None:
         assert cache.stats()["envelopes"].evictions > 0
     finally:
         cache.configure(max_bytes=cache.DEFAULT_MAX_BYTES)
-
-
