@@ -48,6 +48,7 @@ import itertools
 import json
 import os
 import re
+import shutil
 import statistics
 import sys
 import tempfile
@@ -112,16 +113,25 @@ def dsn(url: str) -> str:
 # -- the variants -------------------------------------------------------------------------
 
 
-def sql_recipes(url: str, only: list[str] | None) -> list[Variant]:
-    """Every shipped recipe whose store is SQL, pointed at ``url``."""
+def sql_recipes(
+    url: str, only: list[str] | None, cache_mb: int | None = None, copies: Path | None = None
+) -> list[Variant]:
+    """Every shipped recipe whose store is SQL, pointed at ``url``; with ``cache_mb``, a
+    copy of each in ``copies`` with ``[cache] max_bytes`` set to that many MiB."""
     variants = []
     for path in sorted((ROOT / "recipes").glob("*.toml")):
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
+        text = path.read_text(encoding="utf-8")
+        data = tomllib.loads(text)
         scheme = str(data["backend"]["url"]).partition("://")[0]
         if scheme in ("redis", "rediss", "unix"):
             continue
         if only and path.stem not in only:
             continue
+        if cache_mb is not None and copies is not None:
+            if "cache" in data:
+                raise SystemExit(f"{path.name} sets its own [cache]: drop --cache-mb")
+            path = copies / path.name
+            path.write_text(f'{text}\n[cache]\nmax_bytes = "{cache_mb}MiB"\n', encoding="utf-8")
         args = [str(path), "--url", url]
         if "memory" in data:
             args += ["--memory-url", url]
@@ -371,7 +381,8 @@ def report(results: list[Result], pairs: list[Result], args: argparse.Namespace)
     lines = [
         f"{args.requests} timed requests a variant ({args.clients} clients with keep-alive, "
         f"{args.sessions} sessions, {args.warmup} warm-up turn(s) each), one uvicorn worker; "
-        f"PostgreSQL on loopback; load average {os.getloadavg()[0]:.1f}",
+        f"PostgreSQL on loopback; load average {os.getloadavg()[0]:.1f}"
+        + (f"; recipes' cache budget {args.cache_mb} MiB" if args.cache_mb else ""),
         "",
         "| variant | req/s | × bare | p50 ms | p95 ms | p95 × bare | RSS +MB | of it cache MB "
         "| PG conns max | failed |",
@@ -427,7 +438,9 @@ async def run(args: argparse.Namespace) -> int:
         return 0
     env = secrets_env()
     chosen = args.recipes.split(",") if args.recipes else None
-    variants = [Variant("bare", ["--bare", args.url]), *sql_recipes(args.url, chosen)]
+    copies = Path(tempfile.mkdtemp(prefix="bench-server-recipes-"))
+    recipes = sql_recipes(args.url, chosen, args.cache_mb, copies)
+    variants = [Variant("bare", ["--bare", args.url]), *recipes]
     results: list[Result] = []
     pairs: list[Result] = []
     try:
@@ -443,6 +456,7 @@ async def run(args: argparse.Namespace) -> int:
                 pairs.append(await run_variant(variant, args, env, workers=2))
     finally:
         await clean_up(args.url, args.prefix)
+        shutil.rmtree(copies, ignore_errors=True)
     print(report(results, pairs, args))
     if args.json:
         write_json(Path(args.json), results, pairs)
@@ -491,6 +505,12 @@ def main() -> None:
         type=int,
         default=60,
         help="stop a server holding more PostgreSQL connections (the database is shared)",
+    )
+    parser.add_argument(
+        "--cache-mb",
+        type=int,
+        help="serve copies of the recipes with [cache] max_bytes of this many MiB "
+        "(default: each recipe's own, 64 MiB when it sets none)",
     )
     parser.add_argument("--json", help="also write the results to this file")
     args = parser.parse_args()
