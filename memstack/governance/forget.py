@@ -21,7 +21,6 @@ from dataclasses import dataclass, field
 
 from memstack.audit import AuditRecord, AuditTrail
 from memstack.backends.whole_store import WholeStore
-from memstack.cli_table import counted
 from memstack.errors import UnknownUserError
 from memstack.governance.erasers import Eraser, ErasureRequest, SessionEraser, VaultEraser
 from memstack.governance.users import UserSessions
@@ -53,7 +52,7 @@ class ForgetReport:
 
     def __str__(self) -> str:
         counts = ", ".join(
-            counted(n, _SINGULAR.get(kind, kind), kind).replace("_", " ")
+            f"{n} {_SINGULAR.get(kind, kind) if n == 1 else kind}".replace("_", " ")
             for kind, n in self.removed.items()
             if n
         )
