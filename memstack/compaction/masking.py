@@ -300,7 +300,32 @@ class Mask:
         call_key: bytes | None,
         used: tuple[str, ...] = (),
     ) -> tuple[dict[str, Any], bytes] | None:
-        """The masked output and its content key; None when it stays."""
+        """The masked output and its content key; None when it stays.
+
+        Every read meets the same old outputs again, and the outcome is a pure function of
+        the output, its call, ``used`` and these options: with both keys known (a stack's
+        read), it is kept whole under them, so a read pays one lookup per old output.
+        """
+        if output_key is None or call_key is None:
+            return self._mask_one(output, output_key, call, call_key, used)
+        slot = ("masked output", *self._way, call_key, output_key, used)
+        found = cache.get(slot)
+        if found is cache.MISSING:
+            found = self._mask_one(output, output_key, call, call_key, used)
+            # The masked copy shares the output's other values: its own weight is the
+            # placeholder and a small dict.
+            weight = 64 if found is None else 2 * len(found[0]["output"]) + 256
+            cache.put(slot, found, weight=weight)
+        return found  # type: ignore[no-any-return]
+
+    def _mask_one(
+        self,
+        output: Item,
+        output_key: bytes | None,
+        call: Item,
+        call_key: bytes | None,
+        used: tuple[str, ...],
+    ) -> tuple[dict[str, Any], bytes] | None:
         tool = str(call.get("name") or item_type(call))
         if tool in self.exclude_tools or (self.tools is not None and tool not in self.tools):
             return None

@@ -320,3 +320,41 @@ def test_a_placeholder_with_kept_fields_is_not_masked_again() -> None:
     mask = Mask(keep_last_turns=1, keep_fields=SUPPORT_FIELDS, trim_replies=True)
     once = mask.apply(support_chat())
     assert mask.apply(once) == once
+
+
+RENDERED: list[str] = []
+
+
+class CountingMask(Mask):
+    """A Mask that notes every placeholder it renders."""
+
+    def placeholder(self, call: Any, output: Any = None, used: Any = ()) -> str:
+        RENDERED.append(str(call.get("call_id")))
+        return super().placeholder(call, output, used)
+
+
+def test_a_keyed_read_decides_each_old_output_once_and_by_options_and_content() -> None:
+    """Reads of a stack meet the same old outputs again: with their keys known, what
+    masking makes of one is kept whole, so later reads render no placeholder; a change of
+    options or of the output's content is a different answer, never the kept one."""
+    from memstack.content_keys import content_key
+
+    items = [*history(), user("later")]
+    keys: list[bytes | None] = [content_key(item) for item in items]
+    mask = CountingMask(min_chars=17)  # options no other test uses: a cold process cache
+    RENDERED.clear()
+    first, first_keys = mask.apply_keyed(items, keys)
+    assert RENDERED  # the first read decided
+    RENDERED.clear()
+    assert mask.apply_keyed(items, keys) == (first, first_keys)
+    assert RENDERED == []  # the second read reused every decision
+    assert first == mask.apply(items)  # and decided as the keyless path does
+
+    # Other options over the same keys: their own decisions (nothing masked here).
+    assert outputs_of(Mask(min_chars=5000).apply_keyed(items, keys)[0]) == [BIG] * 3
+    # Another output under c1's call: its own key, its own decision.
+    changed = list(items)
+    changed[3] = output("c1", "tiny")
+    changed_keys = list(keys)
+    changed_keys[3] = content_key(changed[3])
+    assert outputs_of(mask.apply_keyed(changed, changed_keys)[0])[0] == "tiny"
