@@ -29,7 +29,7 @@ from functools import cache
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from memstack.errors import BackendError, CapabilityError
-from memstack.history import stored_history
+from memstack.history import stored_history, stored_items
 
 if TYPE_CHECKING:
     from agents.memory import Session
@@ -246,6 +246,37 @@ class StorageCapabilities(ABC):
         session = self.session
         await self.transaction(
             lambda: session.add_items(list(items), **forward_wrapper(session, wrapper))  # type: ignore[arg-type]
+        )
+
+    async def append_after(
+        self,
+        compose: Callable[[Tail], Sequence[Item] | None],
+        *,
+        first: int,
+        wrapper: RunContextWrapper[Any] | None = None,
+    ) -> None:
+        """Append what ``compose`` makes of the newest stored values (at least ``first``).
+
+        For a write that depends on what it follows (a retention layer's stamps).
+        ``compose`` gets the newest values as ``read_newest`` gives them and returns the
+        values to append, or None for a longer tail; it may run more than once. This
+        default reads, then writes: two calls, and another writer may write in between.
+        An adapter whose store allows it reads in the write's own transaction, under
+        the lock the store's writes take: one round trip, and no writer in between.
+        """
+        n = max(first, 1)
+        while True:
+            tail = await self.read_newest(n, wrapper=wrapper)
+            stored_items(tail.items, session_id=self.session.session_id)
+            values = compose(tail)
+            if values is not None:
+                break
+            if tail.complete:
+                raise AssertionError("compose asked for more than the whole history")
+            n *= 4
+        session = self.session
+        await self.transaction(
+            lambda: session.add_items(list(values), **forward_wrapper(session, wrapper))  # type: ignore[arg-type]
         )
 
     async def transaction(self, call: Callable[[], Awaitable[T]]) -> T:

@@ -17,7 +17,8 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from agents.extensions.memory import SQLAlchemySession
-from sqlalchemy import Select, bindparam, column, select, table, text
+from agents.memory.session import _await_mutation
+from sqlalchemy import Select, bindparam, column, insert, select, table, text, update
 
 import memstack.backends.sql as sql
 from memstack.backends.capabilities import StorageCapabilities, Tail
@@ -26,6 +27,7 @@ from memstack.backends.retry import DEFAULT_RETRY, Retry
 from memstack.backends.rows import newest_rows
 from memstack.backends.translate import store_errors
 from memstack.errors import CapabilityError
+from memstack.history import stored_items
 
 if TYPE_CHECKING:
     from agents.run_context import RunContextWrapper
@@ -34,6 +36,12 @@ T = TypeVar("T")
 
 # Raw reads parse rows themselves: only while the store parses them this way.
 _SDK_DESERIALIZE = SQLAlchemySession._deserialize_item
+# A write read in its own transaction (``append_after``) does what the SDK's add_items
+# does: only while the store writes that way, on a database whose reads after the row
+# lock see every write committed before it (PostgreSQL and SQLite; MySQL's repeatable
+# read would answer from the snapshot its transaction began with).
+_SDK_WRITES = (SQLAlchemySession.add_items, SQLAlchemySession._serialize_item)
+_READS_AFTER_LOCK = frozenset({"postgresql", "sqlite"})
 
 
 @functools.lru_cache(maxsize=64)
@@ -120,6 +128,66 @@ class SQLAlchemyCapabilities(sql.PlanCapabilities):
                     return rows
 
                 return await newest_rows(fetch, n, store=place, session_id=store.session_id)
+
+    async def append_after(
+        self,
+        compose: Callable[[Tail], Sequence[Any] | None],
+        *,
+        first: int,
+        wrapper: RunContextWrapper[Any] | None = None,
+    ) -> None:
+        """One transaction: the SDK's row lock, the newest rows, then the SDK's insert."""
+        store = self.session
+        kind = type(store)
+        if (
+            (kind.add_items, kind._serialize_item) != _SDK_WRITES
+            or kind._deserialize_item is not _SDK_DESERIALIZE
+            or store.engine.dialect.name not in _READS_AFTER_LOCK
+        ):
+            await super().append_after(compose, first=first, wrapper=wrapper)
+            return
+        messages = store._messages
+        newest = _newest_statement(messages.name, messages.schema)
+        params = {"session_id": store.session_id}
+        place = (str(store.engine.url), messages.name)
+
+        async def attempt() -> None:
+            async with store._session() as sess, sess.begin():
+                await store._lock_session(sess, create=True)
+
+                async def fetch(window: int) -> Sequence[Any]:
+                    rows: Sequence[Any] = (await sess.execute(newest.limit(window), params)).all()
+                    return rows
+
+                n = max(first, 1)
+                while True:
+                    tail = await newest_rows(fetch, n, store=place, session_id=store.session_id)
+                    stored_items(tail.items, session_id=store.session_id)
+                    values = compose(tail)
+                    if values is not None:
+                        break
+                    if tail.complete:
+                        raise AssertionError("compose asked for more than the whole history")
+                    n *= 4
+                if not values:
+                    return
+                payload = [
+                    {"session_id": store.session_id, "message_data": await store._serialize_item(v)}
+                    for v in values
+                ]
+                await sess.execute(insert(messages), payload)
+                await sess.execute(
+                    update(store._sessions)
+                    .where(store._sessions.c.session_id == store.session_id)
+                    .values(updated_at=text("CURRENT_TIMESTAMP"))
+                )
+
+        with store_errors(store):
+            await store._ensure_tables()
+            # As the SDK's writes: a cancelled caller still waits for the commit's outcome.
+            await self.transaction(
+                lambda: _await_mutation(store._run_sqlite_write_with_retry(attempt))
+            )
 
     async def query(self, make_plan: Callable[[], sql.Plan]) -> Any:
         # A read: the session's row lock would only make it wait for writers.

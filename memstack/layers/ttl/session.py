@@ -50,7 +50,9 @@ from agents.memory import Session
 from pydantic import BeforeValidator, Field, model_validator
 
 import memstack.incremental as incremental
+from memstack.backends.adapters import capabilities_of
 from memstack.backends.capabilities import Predicate, StorageCapabilities, Tail
+from memstack.backends.translate import store_errors
 from memstack.base import SessionLayer
 from memstack.content_keys import derived_key
 from memstack.errors import CapabilityError
@@ -110,6 +112,10 @@ class TTLOptions(Options, layer="TTLSession"):
         if self.ttl is None and self.idle_ttl is None:
             raise ValueError("set ttl, idle_ttl or both (seconds > 0)")
         return self
+
+
+class _Unstamped(Exception):
+    """A write's tail holds undated items: it stops, writing nothing, to date them first."""
 
 
 class _PurgeEvery(Options, layer="TTLSession"):
@@ -248,12 +254,15 @@ class TTLSession(SessionLayer):
             await self.write_below([], wrapper)
             return
         now = self.clock()
-        tail = await self._context(items, wrapper, now)
-        generation = self.expiry.next_generation(tail, now)
-        records = new_records(
-            tail, items, now=now, generation=generation, derived_from=derived_from
-        )
-        await self.write_below(records, wrapper)
+        if isinstance(self.inner, SessionLayer):
+            tail = await self._context(items, wrapper, now)
+            generation = self.expiry.next_generation(tail, now)
+            records = new_records(
+                tail, items, now=now, generation=generation, derived_from=derived_from
+            )
+            await self.write_below(records, wrapper)
+        else:
+            generation = await self._append(items, wrapper, now, derived_from=derived_from)
         await purge_head(
             self.inner,
             self.expiry.expired(generation, idle=False, now=now),
@@ -264,6 +273,43 @@ class TTLSession(SessionLayer):
             session_id=self.session_id,
             place=(type(self.backend).__name__, self.session_id),
         )
+
+    async def _append(
+        self,
+        items: Sequence[Any],
+        wrapper: RunContextWrapper[Any] | None,
+        now: float,
+        *,
+        derived_from: float | None,
+    ) -> int:
+        """Write ``items``' records after the stored tail they may continue; their generation.
+
+        Over a store, the tail is read by the store's ``append_after``: in the write's own
+        transaction where the store allows it, so one round trip, and the stamps follow
+        what is stored at the moment of writing, whoever wrote it.
+        """
+        generations: list[int] = []
+
+        def compose(stored: Tail) -> list[dict[str, Any]] | None:
+            if self._adopting and any(map(unstamped, stored.items)):
+                raise _Unstamped
+            tail = [self.read(value) for value in stored.items]
+            if not (stored.complete or shows_open_unit([stamp.item for stamp in tail], items)):
+                return None
+            generations.append(self.expiry.next_generation(tail, now))
+            return new_records(
+                tail, items, now=now, generation=generations[-1], derived_from=derived_from
+            )
+
+        while True:
+            try:
+                with store_errors(self.inner):  # named by the layer whose method was called
+                    await capabilities_of(self.inner).append_after(
+                        compose, first=_CONTEXT, wrapper=wrapper
+                    )
+                return generations[-1]  # the attempt that committed composed last
+            except _Unstamped:
+                await self._adopt_on_sight(now)  # then read again, dated (or given up on)
 
     async def _context(
         self, items: Sequence[Any], wrapper: RunContextWrapper[Any] | None, now: float
