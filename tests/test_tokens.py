@@ -380,3 +380,29 @@ def test_real_transcript_counts_are_plausible(counter: TokenCounter) -> None:
     tokens = counter.count_items(items)
     assert chars / 6 < tokens < chars / 2  # English + JSON: roughly 3-4 characters a token
     assert counter.count_tools(tools) > 500
+
+
+def test_an_item_counted_when_written_is_not_tokenised_again_when_read_by_another_key(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A stack counts a batch by content when it writes it, then reads it back under a key
+    that names the stored row (an envelope's): the count made at write time answers."""
+    counter = TokenCounter()
+    item = {"role": "user", "content": "written then read back " + uuid.uuid4().hex}
+    calls: list[str] = []
+    original = counter.count_text
+
+    def spy(text: str) -> int:
+        calls.append(text)
+        return original(text)
+
+    monkeypatch.setattr(counter, "count_text", spy)
+    written = counter.count_item(item)  # at write: by content
+    assert calls
+    calls.clear()
+    row_key = uuid.uuid4().bytes  # what a read knows the item by: not its content key
+    assert counter.count_keyed(dict(item), row_key) == written
+    assert calls == []  # not tokenised again
+    other = {"role": "user", "content": "never written " + uuid.uuid4().hex}
+    assert counter.count_keyed(other, uuid.uuid4().bytes) == counter.count_item(other)
+    assert calls  # an item this process never counted is counted
