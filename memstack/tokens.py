@@ -222,7 +222,7 @@ class TokenCounter:
             found = cache.get((*self.way, content_key(item)))
         count = self._count_uncached(item) if found is cache.MISSING else found
         cache.put(slot, count, weight=16)
-        return count  # type: ignore[no-any-return]
+        return count
 
     def _count_uncached(self, item: Mapping[str, Any]) -> int:
         return self.item_overhead + self._count_value(item)
