@@ -252,18 +252,17 @@ class Mask:
         turns = [s for s in split_turns(items) if is_user_message(items[s.start])]
         if len(turns) < max(self.keep_last_turns, 1):
             return
-        above: list[str] = []  # texts of the non-reply items above the current one
+        above = _Above() if self.trim_restated else None  # the non-reply items above one
         for index in range(turns[-max(self.keep_last_turns, 1)].start):
             item = items[index]
             if item.get("role") != "assistant":
-                if self.trim_restated:
-                    above.append(_shown_text(result[index]))
+                if above is not None:
+                    above.add(_shown_text(result[index]))
                 continue
             key = key_of(item, keys[index])
             restated: tuple[str, ...] = ()
-            if self.trim_restated:
-                shown = "\n".join(above)
-                restated = tuple(n for n in replies.reply_names(item) if occurs(n, shown))
+            if above is not None:
+                restated = tuple(n for n in replies.reply_names(item) if above.shows(n))
             short = cache.get_or_put(
                 ("trimmed reply", key, restated),
                 lambda item=item, restated=restated: replies.trimmed_message(  # type: ignore[misc]
@@ -421,6 +420,38 @@ class Mask:
         if len(text) <= self.max_arg_chars:
             return text
         return text[: self.max_arg_chars - 1] + "…"
+
+
+class _Above:
+    """The text above a reply, growing item by item, searched once for each name.
+
+    The same answers as ``occurs(name, "\\n".join(texts))`` at each reply, without
+    joining and searching everything above every reply again: a name is looked for only in
+    what was added since it was last looked for (a name never spans the newline between
+    two items).
+    """
+
+    def __init__(self) -> None:
+        self._text = ""
+        self._new: list[str] = []
+        self._searched: dict[str, int] = {}  # how much of the text a name was looked for in
+        self._found: set[str] = set()
+
+    def add(self, text: str) -> None:
+        self._new.append(text)
+
+    def shows(self, name: str) -> bool:
+        if self._new:
+            self._text = "\n".join([self._text, *self._new] if self._text else self._new)
+            self._new.clear()
+        if name in self._found:
+            return True
+        start = self._searched.get(name, 0)
+        self._searched[name] = len(self._text)
+        if occurs(name, self._text[start:]):
+            self._found.add(name)
+            return True
+        return False
 
 
 def _shown_text(item: Item) -> str:
