@@ -14,6 +14,7 @@ from memstack import cache
 from memstack.crypto import Keyring, generate_key
 from memstack.errors import ConfigurationError
 from memstack.memory import HashingEmbedder, MemoryStore, MiniLMEmbedder, OnnxMiniLMEmbedder
+from memstack.memory.gaps import MAX_AGE
 from memstack.memory.recall_policy import RecallPolicy
 from memstack.memory.rows import row_values
 from memstack.memory.semantic import (
@@ -445,5 +446,31 @@ async def test_a_memory_another_process_deleted_is_never_recalled(
     assert keep.id in [m.id for m in recalled]
     assert gone.id not in [m.id for m in recalled]  # ...but never recalled
     assert gone.id not in [m.id for m, _ in await store.search(scope, "a secret diary")]
+    await store.forget(scope)
+    await store.close()
+
+
+@pytest.mark.parametrize("backend", ["postgres", "mariadb"])
+async def test_a_rolled_back_vector_is_waited_for_only_so_long(
+    backend: str, tmp_path: Path, scope: str, fresh_cache: None
+) -> None:
+    clock = FakeClock(0.0)
+    store = MemoryStore.from_url(memory_url(backend, tmp_path), embedder=HashingEmbedder())
+    assert store.semantic is not None
+    store.semantic.clock = clock
+    await store.remember(scope, "Ana plays the cello")
+    await _nearest_ids(store, scope, "cello")
+    lost = store.new_memory(scope, "Ana keeps bees on the roof")
+    async with store.engine.connect() as held:
+        transaction = await held.begin()
+        await store.semantic.write(held, [lost], await store.semantic.embed([lost.text]))
+        await store.remember(scope, "Ana bakes sourdough bread")
+        await _nearest_ids(store, scope, "bread")
+        await transaction.rollback()
+    key = scope_key(store.engine, store.tables, scope)
+    assert cache.get(key).gaps.open  # the rolled-back number: in flight, for all we know
+    clock.tick(MAX_AGE + 1)
+    await _nearest_ids(store, scope, "bread")
+    assert not cache.get(key).gaps.open  # given up: it will never show up
     await store.forget(scope)
     await store.close()
