@@ -154,9 +154,10 @@ async def search(
         return found
 
     def tells(row: Row[Any]) -> float:
-        if _states_only(row.payload):
-            return 1.0
-        return telling(memory(row).text, question_weight=policy.question_weight)
+        text = _plain_text(row.payload)
+        if text is None:
+            text = memory(row).text
+        return telling(text, question_weight=policy.question_weight)
 
     wanted = set(kinds) if kinds else None
     scored = [
@@ -168,11 +169,19 @@ async def search(
     return [(memory(row), score) for row, score in scored[:limit]]
 
 
-def _states_only(payload: str) -> bool:
-    """A plaintext payload (``memstack.memory.rows``: text first) without a "?" anywhere:
-    its text asks nothing, so ``telling`` is 1 without decoding it. A sealed payload
-    starts otherwise and is always decoded (a store without its key must fail on it)."""
-    return payload.startswith('{"text":') and "?" not in payload
+_TEXT_FIRST = '{"text":"'
+
+
+def _plain_text(payload: str) -> str | None:
+    """The text of a plaintext payload without escapes, read without decoding it, else None.
+
+    ``memstack.memory.rows`` writes the text first; with no backslash in the payload the
+    text holds no escaped quote, so it ends at the next quote. A sealed payload starts
+    otherwise and is always decoded (a store without its key must fail on it).
+    """
+    if not payload.startswith(_TEXT_FIRST) or "\\" in payload:
+        return None
+    return payload[len(_TEXT_FIRST) : payload.index('"', len(_TEXT_FIRST))]
 
 
 async def _first_hop(
