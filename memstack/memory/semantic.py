@@ -30,7 +30,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 import memstack.cache as cache
 from memstack.errors import ConfigurationError
 from memstack.memory.cipher import MemoryCipher
-from memstack.memory.gaps import WINDOW, Gaps
+from memstack.memory.gaps import FIRST_WINDOW, WINDOW, Gaps
 from memstack.memory.models import Memory
 from memstack.memory.schema import Tables
 from memstack.memory.vectors import Embedder, decode, encode
@@ -311,7 +311,7 @@ class SemanticIndex:
         is present here but was not read, so it counts as a gap and is read next time.
         """
         high = added[-1][0]
-        low = max(after, high - WINDOW)
+        low = max(after, high - (WINDOW if after else FIRST_WINDOW))
         read = {seq for seq, _, _ in added}
         v = self.tables.vectors
         query = select(v.c.seq, v.c.scope, v.c.model).where(v.c.seq > low, v.c.seq <= high)
