@@ -40,6 +40,7 @@ __all__ = [
     "get_or_put",
     "max_bytes",
     "parse_size",
+    "parsed_weight",
     "put",
     "stats",
     "total_bytes",
@@ -51,6 +52,7 @@ DEFAULT_MAX_BYTES = 64 << 20
 # What an entry costs beyond the weight its caller gives: the key tuple, the OrderedDict
 # node and the entry's own slot, measured with tracemalloc (see tests/test_cache.py).
 ENTRY_OVERHEAD = 240
+PARSED_ITEM_OVERHEAD = 480  # see parsed_weight
 _MISSING: Any = object()
 
 
@@ -193,6 +195,16 @@ def parse_size(value: int | str) -> int:
 
 def max_bytes() -> int:
     return _CACHE.max_bytes
+
+
+def parsed_weight(chars: int, items: int = 1) -> int:
+    """Bytes Python holds for ``items`` JSON items parsed from ``chars`` characters of text.
+
+    About two and a half bytes a character for a long item, and a few hundred for the
+    objects of any item (its dicts, its keys, each string's header): a short message
+    holds several times its text (measured with tracemalloc, ``tests/test_cache.py``).
+    """
+    return (5 * chars) // 2 + PARSED_ITEM_OVERHEAD * items
 
 
 get = _CACHE.get  # the value cached under a key, or ``cache.MISSING`` (no extra call)

@@ -42,9 +42,10 @@ __all__ = ["MISSING", "keep", "previous", "previous_with"]
 
 MISSING: Any = cache.MISSING  # a position whose result the last read did not give
 # What a kept read holds of its own per row: two list slots, and a result's own objects
-# (a tuple of two, a derived 16-byte key: about 120 bytes); the rows' values are the
-# process cache's already.
-_WEIGHT_PER_ROW = 128
+# (a tuple of two, a derived 16-byte key: about 120 bytes). A read whose results hold
+# more (parsed rows, opened items) says so with ``weight``: the values it keeps stay
+# alive as long as it does, whether or not their own entries are still in the cache.
+WEIGHT_PER_ROW = 128
 
 
 def previous(slot: tuple[Hashable, ...], keys: Sequence[Hashable | None]) -> list[Any]:
@@ -70,10 +71,10 @@ def previous_with(
     elif (found := _index(keys, old_keys[0])) >= 0:
         start, offset = found, 0  # a longer read: the last one is inside this one
     else:
-        return [MISSING] * n, extra
+        return _same_ending(keys, old_keys, old_results), extra
     shared = min(n - start, len(old_keys) - offset)
     if keys[start : start + shared] != old_keys[offset : offset + shared]:
-        return [MISSING] * n, extra
+        return _same_ending(keys, old_keys, old_results), extra
     results = [MISSING] * start
     results += old_results[offset : offset + shared]
     results += [MISSING] * (n - start - shared)
@@ -87,18 +88,21 @@ def keep(
     extra: Any = None,
     *,
     shared: bool = False,
+    weight: int = 0,
 ) -> None:
     """Keep one read's results (``MISSING`` where it derived none) for the next read.
 
     A read whose tail begins inside the last one's (a short read of the newest rows
     between two long ones) keeps the last one's older rows too, as many as it had.
     ``shared``: keep ``results`` itself (a list), which the read then fills in.
+    ``weight``: bytes the results hold beyond ``WEIGHT_PER_ROW`` a row (their values).
     """
     if None in keys:
         return
     keys = list(keys)
     results = results if shared and isinstance(results, list) else list(results)
     known = cache.get(slot)
+    n = len(keys)
     if known is not MISSING and keys and known[0] and known[0][0] != keys[0]:
         old_keys, old_results, _ = known
         offset = _index(old_keys, keys[0])
@@ -106,7 +110,22 @@ def keep(
             size = max(len(old_keys), len(keys))
             keys = (old_keys[:offset] + keys)[-size:]
             results = (old_results[:offset] + results)[-size:]
-    cache.put(slot, (keys, results, extra), weight=_WEIGHT_PER_ROW * len(keys) + 64)
+    # Older rows carried over from the last read weigh as much, on average, as this one's.
+    weight = (WEIGHT_PER_ROW + weight // max(n, 1)) * len(keys) + 64
+    cache.put(slot, (keys, results, extra), weight=weight)
+
+
+def _same_ending(
+    keys: Sequence[Hashable | None], old_keys: Sequence[Hashable], old_results: Sequence[Any]
+) -> list[Any]:
+    """Where the heads differ (a row rewritten in place, say), the rows both reads end with."""
+    results = [MISSING] * len(keys)
+    end = _index(old_keys, keys[-1])
+    back = 0
+    while back <= end and back < len(keys) and keys[-1 - back] == old_keys[end - back]:
+        results[-1 - back] = old_results[end - back]
+        back += 1
+    return results
 
 
 def _index(values: Sequence[Hashable | None], value: Hashable | None) -> int:

@@ -7,6 +7,8 @@ import json
 import threading
 import tracemalloc
 from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -159,3 +161,58 @@ def test_discard_drops_an_entry_and_its_bytes() -> None:
     c.discard(("ns", 2))  # nothing under it: nothing to do
     assert c.get(("ns", 1)) is cache.MISSING
     assert c.bytes == 0 and c.stats()["ns"].entries == 0
+
+
+def test_the_budget_bounds_what_stacks_built_per_request_leave_behind(tmp_path: Path) -> None:
+    """Budget = memory for a server's traffic, not only for one kind of entry.
+
+    Stacks built per request (TTL, encryption, a window) read many sessions that keep
+    growing, under a budget far below what they hold, as ``bench server`` does. What
+    clearing the cache then frees (tracemalloc) must be within what it weighed: a kept
+    read holds its rows' values after their own entries are evicted, so it must weigh them.
+    """
+    import asyncio
+
+    from agents.memory import SQLiteSession
+
+    from memstack import EncryptedSession, SlidingWindowSession, TTLSession
+    from memstack.crypto import generate_key
+
+    key, path, budget = generate_key(), str(tmp_path / "chat.db"), 400_000
+
+    def stack(session_id: str) -> Any:
+        store = SQLiteSession(session_id, path)
+        sealed = EncryptedSession(TTLSession(store, ttl=3600), key=key)
+        return store, SlidingWindowSession(sealed, max_tokens=100_000)
+
+    async def traffic() -> None:
+        for turn in range(12):
+            for number in range(40):
+                store, session = stack(f"user-{number}")
+                await session.get_items()
+                message = f"turn {turn} of session {number}: " + "words " * (20 + number)
+                await session.add_items(
+                    [
+                        {"role": "user", "content": message},
+                        {"role": "assistant", "content": "an answer, " + message},
+                    ]
+                )
+                store.close()
+
+    saved = cache.max_bytes()
+    cache.clear()
+    cache.configure(max_bytes=budget)
+    tracemalloc.start()
+    try:
+        asyncio.run(traffic())
+        gc.collect()
+        weighed = cache.total_bytes()
+        held = tracemalloc.get_traced_memory()[0]
+        cache.clear()
+        gc.collect()
+        freed = held - tracemalloc.get_traced_memory()[0]
+    finally:
+        tracemalloc.stop()
+        cache.configure(max_bytes=saved)
+    assert 0 < weighed <= budget
+    assert freed <= weighed, f"clearing freed {freed} bytes; the cache weighed {weighed}"

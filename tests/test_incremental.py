@@ -39,7 +39,9 @@ def derive(slot: tuple[str, ...], keys: list[Any], seen: list[Any]) -> list[Any]
         (["a", "b", "c"], ["b", "c", "d"], ["d"]),  # moved on by one row
         (["b", "c"], ["a", "b", "c", "d"], ["a", "d"]),  # a longer read around the last
         (["a", "b", "c"], ["a", "b"], []),  # a shorter one (the newest popped)
-        (["a", "b", "c"], ["a", "x", "c"], ["a", "x", "c"]),  # a row rewritten in place
+        (["a", "b", "c"], ["a", "x", "c"], ["a", "x"]),  # a row rewritten in place
+        (["a", "b", "c"], ["x", "b", "c"], ["x"]),  # the oldest one rewritten
+        (["a", "b", "c"], ["x", "y", "c", "d"], ["x", "y", "c", "d"]),  # ends apart
         (["a", "b"], ["x", "y"], ["x", "y"]),  # nothing in common (cleared, refilled)
     ],
 )

@@ -1,18 +1,22 @@
 """Stored rows parsed once for the whole process: the source of every stack read.
 
-    >>> from memstack.backends.rows import parsed
+    >>> from memstack.backends.rows import parse, parsed
+    >>> value, key = parse('{"role": "user", "content": "hi"}')
+    >>> value["content"], len(key)
+    ('hi', 16)
     >>> first = parsed("demo", "s1", 7, '{"role": "user", "content": "hi"}')
     >>> parsed("demo", "s1", 7, '{"role": "user", "content": "hi"}')[0] is first[0]
     True
-    >>> parsed("demo", "s1", 7, '{"role": "user", "content": "bye"}')[0] is first[0]
-    False
 
-Parsing JSON rows is most of what a bare read costs. An adapter that reads a tail as raw
-``(id, text)`` rows finds each row's value in the process cache (``memstack.cache``) under
-the store, session and row id, and takes it only when the stored text is the same, whole:
-another process's write, an in-place rewrite and a reused row id are misses, never a
-stale value. The value comes with its content key (a digest of the text), so counts and
-placeholders derived from it are looked up too. Values are shared: read-only.
+Parsing JSON rows is most of what a bare read costs. ``newest_rows`` keeps what a
+session's read parsed in the process cache (``memstack.incremental``), by each row's
+stored text, and the next read of that session parses only the rows whose text it has
+not seen: another process's write, an in-place rewrite and a reused row id change the
+text and are parsed again, never answered stale. The value comes with its content key (a
+digest of the text), so counts and placeholders derived from it are looked up too. A
+kept read weighs its rows' text and values, and nothing else keeps them, so the budget
+counts them once; a read too big for one entry keeps its rows one by one instead
+(``parsed``), under the store, session and row id. Values are shared: read-only.
 """
 
 from __future__ import annotations
@@ -26,24 +30,31 @@ import memstack.cache as cache
 import memstack.incremental as incremental
 from memstack.backends.capabilities import Tail
 
-__all__ = ["newest_rows", "parsed"]
+__all__ = ["newest_rows", "parse", "parsed"]
 
-# A parsed JSON value holds about two and a half times its text in objects, and the text
-# is kept too: measured with tracemalloc over production-stack reads of real transcripts
-# (the weights of a full cache then cover what it holds: 223 MB held, 225 MB weighed).
-_WEIGHT_PER_CHAR = 4
+
+def parse(text: str) -> tuple[Any, bytes]:
+    """The value of one stored row and its content key; ``ValueError`` if not JSON."""
+    value = json.loads(text)
+    return value, hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
 
 
 def parsed(store: Hashable, session_id: str, row_id: Any, text: str) -> tuple[Any, bytes]:
-    """The value of one stored row and its content key; ``ValueError`` if not JSON."""
+    """``parse``, kept row by row: for a read too big to be kept whole (the cache keeps no
+    entry over an eighth of its budget), and taken only for the same text, whole."""
     slot = ("row", store, session_id, row_id)
     known = cache.get(slot)
     if known is not cache.MISSING and known[0] == text:
         return known[1], known[2]
-    value = json.loads(text)
-    key = hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
-    cache.put(slot, (text, value, key), weight=len(text) * _WEIGHT_PER_CHAR)
+    value, key = parse(text)
+    cache.put(slot, (text, value, key), weight=_weight([text]))
     return value, key
+
+
+def _weight(texts: Sequence[str]) -> int:
+    """What a kept read of ``texts`` holds: the texts (its keys) and their values."""
+    chars = sum(map(len, texts))
+    return chars + 64 * len(texts) + cache.parsed_weight(chars, len(texts))
 
 
 async def newest_rows(
@@ -66,13 +77,17 @@ async def newest_rows(
         texts = [text for _, text in reversed(rows)]
         # The rows the last read of this session parsed, by their text (``memstack.incremental``).
         known = incremental.previous(slot, texts)
+        weight = _weight(texts)
+        whole = weight <= cache.max_bytes() // 8  # else kept row by row
         values: list[Any] = []
         keys: list[bytes | None] = []
         for index, (row_id, text) in enumerate(reversed(rows)):
             found = known[index]
             if found is incremental.MISSING:
                 try:
-                    found = known[index] = parsed(store, session_id, row_id, text)
+                    found = known[index] = (
+                        parse(text) if whole else parsed(store, session_id, row_id, text)
+                    )
                 except skip:
                     known[index] = None
                     continue
@@ -80,7 +95,8 @@ async def newest_rows(
                 continue
             values.append(found[0])
             keys.append(found[1])
-        incremental.keep(slot, texts, known)
+        if whole:  # one entry holds the values, and weighs them
+            incremental.keep(slot, texts, known, weight=weight)
         if len(values) >= n or len(rows) < window:
             start = max(0, len(values) - n)
             complete = len(rows) < window and start == 0

@@ -51,6 +51,7 @@ import memstack.cache as cache
 import memstack.compaction.excerpts as excerpts
 import memstack.compaction.json_parts as json_parts
 import memstack.compaction.replies as replies
+from memstack.compaction.render import message_text
 from memstack.compaction.salient import occurs, salient_tokens
 from memstack.content_keys import derived_key, key_of, keyed_by
 from memstack.errors import ConfigurationError
@@ -120,6 +121,9 @@ class Mask:
     #: Assistant replies older than the protected turns keep only their sentences that
     #: hold names, verbatim (``memstack.compaction.replies``).
     trim_replies: bool = False
+    #: With ``trim_replies``: a sentence whose names all stand verbatim above the reply in
+    #: the masked view (the user's words, calls, the kept text of answers) is left out too.
+    trim_restated: bool = False
     #: What a placeholder depends on besides the output and its call (cache keys).
     _way: tuple[Any, ...] = field(init=False, repr=False, compare=False)
 
@@ -139,9 +143,15 @@ class Mask:
             raise ConfigurationError("step must be an int >= 1, got 0", layer="Mask")
         _nonnegative_int("keep_names", self.keep_names)
         _nonnegative_int("excerpt", self.excerpt)
-        if not isinstance(self.trim_replies, bool):
+        for name in ("trim_replies", "trim_restated"):
+            if not isinstance(getattr(self, name), bool):
+                raise ConfigurationError(
+                    f"{name} must be true or false, got {getattr(self, name)!r}", layer="Mask"
+                )
+        if self.trim_restated and not self.trim_replies:
             raise ConfigurationError(
-                f"trim_replies must be true or false, got {self.trim_replies!r}", layer="Mask"
+                "trim_restated needs trim_replies = true (it trims the same replies further)",
+                layer="Mask",
             )
         if not isinstance(self.templates, Mapping) or not all(
             isinstance(k, str) and isinstance(v, str) and v for k, v in self.templates.items()
@@ -197,10 +207,22 @@ class Mask:
             else:
                 calls[key] = index
         result, result_keys = list(items), list(keys)
-        if self.trim_replies:
+        if outputs:
+            self._mask_outputs(items, keys, calls, outputs, result, result_keys)
+        if self.trim_replies:  # after masking: ``trim_restated`` reads the masked view
             self._trim_replies(items, keys, result, result_keys)
-        if not outputs:
-            return result, result_keys
+        return result, result_keys
+
+    def _mask_outputs(
+        self,
+        items: Sequence[Item],
+        keys: Sequence[bytes | None],
+        calls: Mapping[tuple[str, str], int],
+        outputs: list[int],
+        result: list[Any],
+        result_keys: list[bytes | None],
+    ) -> None:
+        """Old outputs replaced by their placeholders in ``result`` (in place)."""
         boundary = self._protected_from(items, outputs)
         older = [index for index in outputs if index < boundary]
         for position, index in enumerate(older[: self._stepped(items, older)]):
@@ -212,7 +234,6 @@ class Mask:
                 masked = self._masked(item, keys[index], items[call], keys[call], used)
                 if masked is not None:
                     result[index], result_keys[index] = masked
-        return result, result_keys
 
     def _trim_replies(
         self,
@@ -221,23 +242,38 @@ class Mask:
         result: list[Any],
         result_keys: list[bytes | None],
     ) -> None:
-        """Replies before the protected turns, trimmed in ``result`` (in place)."""
+        """Replies before the protected turns, trimmed in ``result`` (in place).
+
+        With ``trim_restated`` the names a reply repeats are looked up in what stands
+        above it in ``result`` (already masked); that text changes only when the reply's
+        own turn is masked or a compaction covers items above it, so the trimmed reply
+        reads the same between those (the prompt prefix stays byte-stable).
+        """
         turns = [s for s in split_turns(items) if is_user_message(items[s.start])]
         if len(turns) < max(self.keep_last_turns, 1):
             return
+        above = _Above() if self.trim_restated else None  # the non-reply items above one
         for index in range(turns[-max(self.keep_last_turns, 1)].start):
             item = items[index]
             if item.get("role") != "assistant":
+                if above is not None:
+                    above.add(_shown_text(result[index]))
                 continue
             key = key_of(item, keys[index])
+            restated: tuple[str, ...] = ()
+            if above is not None:
+                restated = tuple(n for n in replies.reply_names(item) if above.shows(n))
             short = cache.get_or_put(
-                ("trimmed reply", key),
-                lambda item=item: replies.trimmed_message(item),  # type: ignore[misc]
+                ("trimmed reply", key, restated),
+                lambda item=item, restated=restated: replies.trimmed_message(  # type: ignore[misc]
+                    item, restated
+                ),
                 weight=256,
             )
             if short is not None:
                 result[index] = short
-                result_keys[index] = derived_key(key, b"trimmed reply")
+                mark = b"trimmed reply" + "\x00".join(restated).encode()
+                result_keys[index] = derived_key(key, mark)
 
     def _used_after(
         self, items: Sequence[Item], outputs: list[int], position: int, index: int
@@ -409,6 +445,48 @@ class Mask:
         if len(text) <= self.max_arg_chars:
             return text
         return text[: self.max_arg_chars - 1] + "…"
+
+
+class _Above:
+    """The text above a reply, growing item by item, searched once for each name.
+
+    The same answers as ``occurs(name, "\\n".join(texts))`` at each reply, without
+    joining and searching everything above every reply again: a name is looked for only in
+    what was added since it was last looked for (a name never spans the newline between
+    two items).
+    """
+
+    def __init__(self) -> None:
+        self._text = ""
+        self._new: list[str] = []
+        self._searched: dict[str, int] = {}  # how much of the text a name was looked for in
+        self._found: set[str] = set()
+
+    def add(self, text: str) -> None:
+        self._new.append(text)
+
+    def shows(self, name: str) -> bool:
+        if self._new:
+            self._text = "\n".join([self._text, *self._new] if self._text else self._new)
+            self._new.clear()
+        if name in self._found:
+            return True
+        start = self._searched.get(name, 0)
+        self._searched[name] = len(self._text)
+        if occurs(name, self._text[start:]):
+            self._found.add(name)
+            return True
+        return False
+
+
+def _shown_text(item: Item) -> str:
+    """What the model reads of a (masked) view item: its text, output or call arguments."""
+    if "content" in item:
+        return message_text(item.get("content"))
+    if item_type(item) in _MASKABLE:
+        raw = item.get("output")
+        return raw if isinstance(raw, str) else json.dumps(raw, ensure_ascii=False)
+    return excerpts.agent_text(item)
 
 
 def _arguments(call: Item) -> dict[str, Any]:

@@ -288,7 +288,7 @@ class SessionCipher:
         with that cache: read-only.
         """
         keys: dict[str, _SessionKey] = {}
-        return [self._open_one(envelope, keys) for envelope in envelopes]
+        return [self._open_one(envelope, keys)[0] for envelope in envelopes]
 
     def open_keyed(
         self, envelopes: Sequence[object], content_keys: Sequence[bytes | None], tag: bytes
@@ -311,12 +311,21 @@ class SessionCipher:
         missing = [i for i, result in enumerate(results) if result is incremental.MISSING]
         if not all(is_envelope(envelopes[i]) for i in missing):
             return None
+        whole = None not in content_keys  # this read can be kept whole (and weighed once)
         for index in missing:
-            item = self._open_one(envelopes[index], keys)
+            item, weight = self._open_one(envelopes[index], keys, keep=not whole)
             key = content_keys[index]
-            results[index] = (item, None if key is None else derived_key(key, tag))
+            results[index] = (item, None if key is None else derived_key(key, tag), weight)
         fingerprints = {kid: known.fingerprint for kid, known in keys.items()}
-        incremental.keep(slot, content_keys, results, fingerprints)
+        weight = sum(result[2] for result in results)
+        if whole and weight <= cache.max_bytes() // 8:  # one entry holds them, weighs them
+            incremental.keep(slot, content_keys, results, fingerprints, weight=weight)
+        elif whole:  # too big to be kept whole: kept item by item, as ``open_all`` keeps them
+            for index in missing:
+                envelope: dict[str, Any] = envelopes[index]  # type: ignore[assignment]
+                kid, text = envelope["kid"], envelope["ct"]
+                opened = results[index][0], results[index][2]
+                cache.put(_slot(keys[kid], kid, text), opened, weight=opened[1])
         return [result[0] for result in results], [result[1] for result in results]
 
     def _same_keys(self, used: dict[str, bytes], keys: dict[str, _SessionKey]) -> bool:
@@ -332,8 +341,11 @@ class SessionCipher:
             keys[kid] = known
         return True
 
-    def _open_one(self, envelope: object, keys: dict[str, _SessionKey]) -> dict[str, Any]:
-        """One envelope's item (``keys``: the session keys this call resolved)."""
+    def _open_one(
+        self, envelope: object, keys: dict[str, _SessionKey], *, keep: bool = True
+    ) -> tuple[dict[str, Any], int]:
+        """One envelope's item and the bytes it holds (``keys``: the session keys this call
+        resolved); ``keep=False`` when the caller keeps the item itself."""
         if type(envelope) is not dict or len(envelope) != len(_FIELDS):
             raise self._malformed(envelope)
         version, kid, text = envelope.get(MARKER), envelope.get("kid"), envelope.get("ct")
@@ -344,12 +356,14 @@ class SessionCipher:
         known = keys.get(kid)
         if known is None:
             known = keys[kid] = self._known_key(kid)
-        slot = ("envelopes", known.fingerprint, kid, text)
-        item = cache.get(slot)
-        if item is cache.MISSING:
-            item = self._unseal(known, kid, text)
-            cache.put(slot, item, weight=len(text) * 3)
-        return item  # type: ignore[no-any-return]
+        slot = _slot(known, kid, text)
+        opened = cache.get(slot)
+        if opened is cache.MISSING:
+            item, chars = self._unseal(known, kid, text)
+            opened = (item, cache.parsed_weight(chars))
+            if keep:
+                cache.put(slot, opened, weight=opened[1])
+        return opened  # type: ignore[no-any-return]
 
     def _known_key(self, kid: str) -> _SessionKey:
         try:
@@ -377,7 +391,8 @@ class SessionCipher:
             return self.error(f"malformed envelope with fields {sorted(envelope)}", kid)
         return self.error(f"envelope under key id {kid!r} is not valid base64", kid)
 
-    def _unseal(self, known: _SessionKey, kid: str, text: str) -> dict[str, Any]:
+    def _unseal(self, known: _SessionKey, kid: str, text: str) -> tuple[dict[str, Any], int]:
+        """The item sealed in ``text``, and the length of its JSON text."""
         try:
             sealed = _b64decode(text)
         except ValueError as exc:
@@ -394,7 +409,7 @@ class SessionCipher:
             ) from exc
         return self._decode(plaintext, kid)
 
-    def _decode(self, plaintext: bytes, kid: str) -> dict[str, Any]:
+    def _decode(self, plaintext: bytes, kid: str) -> tuple[dict[str, Any], int]:
         # Authenticated already: a failure here means a writer bug, not an attacker.
         try:
             flag, body = plaintext[0], plaintext[1:]
@@ -412,7 +427,12 @@ class SessionCipher:
             ) from exc
         if not isinstance(item, dict):
             raise self.error(f"authenticated payload under key id {kid!r} is not an item", kid)
-        return item
+        return item, len(body)
+
+
+def _slot(known: _SessionKey, kid: str, text: str) -> tuple[str, bytes, str, str]:
+    """Where an opened item is kept: its ciphertext under the fingerprint of its key."""
+    return ("envelopes", known.fingerprint, kid, text)
 
 
 class _SessionKey:

@@ -140,34 +140,46 @@ def nearest(
     if norm == 0.0 or vector.shape[0] != blocks[0].dim:
         return []
     vector = vector / norm
-    sizes = np.array([len(block) for block in blocks])
-    starts = np.concatenate(([0], np.cumsum(sizes)))
+    starts = np.concatenate(([0], np.cumsum([len(block) for block in blocks])))
     total = int(starts[-1])
     wanted = max(shortlist, _PER_HIT * k)
     if total <= wanted:  # small enough to score whole
         chosen = np.arange(total)
     else:
         [query_signs] = _signs(vector[None, :]).T
-        distance = np.empty(total, dtype=np.uint16)
-        for block, start in zip(blocks, starts[:-1], strict=True):
-            part = distance[start : start + len(block)]
-            part[:] = 0
-            for word, bits in zip(block.signs, query_signs, strict=True):
-                part += _popcount(word ^ bits)
+        # One XOR and popcount over each block's (words, rows) array: a loop per word
+        # costs more in numpy calls than the arithmetic (~6 ms a search at 100,000).
+        distance = np.concatenate(
+            [
+                _popcount(block.signs ^ query_signs[:, None]).sum(axis=0, dtype=np.uint16)
+                for block in blocks
+            ]
+        )
         chosen = np.argpartition(distance, wanted - 1)[:wanted]
-    owner = np.searchsorted(starts, chosen, side="right") - 1
-    scores = np.empty(len(chosen), dtype=np.float32)
-    for b in np.unique(owner):
-        mine = owner == b
-        block, rows = blocks[b], chosen[mine] - starts[b]
-        # einsum, not ``@``: a product through BLAS wakes its thread pool, and on shared
-        # cores those threads spin (6,000 rows: 60 ms against 0.3 ms at load ~14).
-        dots = np.einsum("ij,j->i", block.codes[rows].astype(np.float32), vector)
-        scores[mine] = dots * block.scales[rows]
+    # Scored in row order, each block's rows one slice, then put back in ``chosen``'s
+    # order: ties between equal scores fall as they always did.
+    order = np.argsort(chosen, kind="stable")
+    rows_in_order = chosen[order]
+    bounds = np.searchsorted(rows_in_order, starts)
+    in_order = np.empty(len(chosen), dtype=np.float32)
+    for b, block in enumerate(blocks):
+        low, high = bounds[b], bounds[b + 1]
+        if low < high:
+            rows = rows_in_order[low:high] - starts[b]
+            # einsum, not ``@``: a product through BLAS wakes its thread pool, and on shared
+            # cores those threads spin (6,000 rows: 60 ms against 0.3 ms at load ~14).
+            dots = np.einsum("ij,j->i", block.codes[rows].astype(np.float32), vector)
+            in_order[low:high] = dots * block.scales[rows]
+    scores = np.empty_like(in_order)
+    scores[order] = in_order
     k = min(k, len(chosen))
     top = np.argpartition(-scores, k - 1)[:k]
     top = top[np.argsort(-scores[top], kind="stable")]
-    return [(blocks[owner[i]].ids[chosen[i] - starts[owner[i]]], float(scores[i])) for i in top]
+    owners = np.searchsorted(starts, chosen[top], side="right") - 1
+    return [
+        (blocks[b].ids[row - starts[b]], float(scores[i]))
+        for i, b, row in zip(top.tolist(), owners.tolist(), chosen[top].tolist(), strict=True)
+    ]
 
 
 def centroid(blocks: Sequence[Block], ids: Collection[str]) -> Any:

@@ -21,6 +21,7 @@ import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Protocol
 
 from memstack.memory.models import Memory
 
@@ -29,6 +30,7 @@ __all__ = [
     "HEADER",
     "CachedCount",
     "Packed",
+    "Ranked",
     "pack",
     "precedence",
     "precedence_order",
@@ -63,7 +65,22 @@ class BM25:
         return math.log(1.0 + (n_docs - df + 0.5) / (df + 0.5))
 
 
-def precedence(memory: Memory, *, now: float) -> float:
+class Ranked(Protocol):
+    """What precedence reads: a ``Memory``, or its row (recall ranks rows, then decodes)."""
+
+    @property
+    def source(self) -> str: ...
+    @property
+    def confidence(self) -> float: ...
+    @property
+    def last_verified_at(self) -> float | None: ...
+    @property
+    def needs_review(self) -> bool: ...
+    @property
+    def updated_at(self) -> float: ...
+
+
+def precedence(memory: Ranked, *, now: float) -> float:
     """A multiplier in (0, 1]: source, confidence, verification and age."""
     weight = _SOURCE_WEIGHT.get(memory.source, 0.75) * (0.75 + 0.25 * memory.confidence)
     if memory.last_verified_at is None:

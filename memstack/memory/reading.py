@@ -91,76 +91,124 @@ async def search(
     semantic = parts.semantic if isinstance(query, str) and query.strip() else None
     if not query_terms and semantic is None:
         return []
-    # The model embeds the query on a thread while the database ranks by words on its
-    # own: on two cores the embedding (~6 ms) hides behind the full-text query.
+    # The model embeds the query on a thread, and the first search by meaning follows it
+    # there, while the database ranks by words: on two cores both (~6 + ~3 ms) hide
+    # behind the full-text query.
     embedding = asyncio.ensure_future(semantic.embed([query])) if semantic is not None else None
+    first: asyncio.Future[tuple[Any, list[tuple[str, float]]]] | None = None
     try:
         now = parts.now()
         async with parts.connect("searching memories") as conn:
             # The vectors first: their read opens the snapshot the rest reads from (see
             # ``SemanticIndex.vectors``).
             blocks = await semantic.vectors(conn, scope) if semantic is not None else []
+            if semantic is not None and embedding is not None:
+                first = asyncio.ensure_future(
+                    _first_hop(semantic, blocks, embedding, 2 * limit, policy)
+                )
             by_words: list[Row[Any]] = []
             if query_terms:
                 by_words = list(await parts.index.ranked(conn, scope, query_terms, limit, now))
                 by_words.sort(key=lambda row: -float(row.total))
             near: list[tuple[str, float]] = []
             by_meaning: list[Row[Any]] = []
-            if semantic is not None and embedding is not None:
-                await asyncio.wait([embedding])  # a failure is raised below, as the model's
-                if embedding.exception() is None:
-                    [query_vector] = embedding.result()
-                    near = _nearest(semantic, blocks, query_vector, by_words, limit, policy)
+            if semantic is not None and first is not None:
+                await asyncio.wait([first])  # a failure is raised below, as the model's
+                if first.exception() is None:
+                    query_vector, near = first.result()
+                    near = _feedback(semantic, blocks, query_vector, near, by_words, limit, policy)
                     near_ids = [memory_id for memory_id, _ in near]
                     by_meaning = await _live_rows(
                         conn, parts.tables, scope, near_ids, by_words, now
                     )
-        if embedding is not None:
-            embedding.result()
+        for step in (embedding, first):
+            if step is not None:
+                step.result()
     finally:
-        if embedding is not None and not embedding.cancel() and not embedding.cancelled():
-            embedding.exception()  # retrieved: a database failure is the one reported
-    rows = [*by_words, *by_meaning]
+        for step in (first, embedding):
+            if step is not None and not step.cancel() and not step.cancelled():
+                step.exception()  # retrieved: a database failure is the one reported
+    rows = {row.id: row for row in [*by_words, *by_meaning]}  # no id in both
     if not rows:
         return []
-    memories = {row.id: memory_from_row(parts.cipher, row) for row in rows}
     if semantic is None:
         best = float(by_words[0].total)
         relevance = {row.id: float(row.total) / best for row in by_words}
     else:
         fused = fuse_scores(
             {row.id: float(row.total) for row in by_words},
-            [(i, cosine) for i, cosine in near if i in memories],
+            [(i, cosine) for i, cosine in near if i in rows],
             weight=policy.semantic_weight,
         )
         top = max(fused.values()) or 1.0
         relevance = {memory_id: score / top for memory_id, score in fused.items()}
+    # Ranked on the rows' columns; a payload is decoded only when its text may hold a
+    # question (``telling``) or the memory is among the best ``limit``: ~150 candidates
+    # a recall, ~75 returned.
+    decoded: dict[str, Memory] = {}
+
+    def memory(row: Row[Any]) -> Memory:
+        found = decoded.get(row.id)
+        if found is None:
+            found = decoded[row.id] = memory_from_row(parts.cipher, row)
+        return found
+
+    def tells(row: Row[Any]) -> float:
+        text = _plain_text(row.payload)
+        if text is None:
+            text = memory(row).text
+        return telling(text, question_weight=policy.question_weight)
+
     wanted = set(kinds) if kinds else None
     scored = [
-        (
-            memory,
-            relevance[memory_id]
-            * precedence(memory, now=now)
-            * telling(memory.text, question_weight=policy.question_weight),
-        )
-        for memory_id, memory in memories.items()
-        if wanted is None or memory.kind in wanted
+        (row, relevance[memory_id] * precedence(row, now=now) * tells(row))
+        for memory_id, row in rows.items()
+        if wanted is None or row.kind in wanted
     ]
     scored.sort(key=lambda pair: (-pair[1], -pair[0].created_at, pair[0].id))
-    return scored[:limit]
+    return [(memory(row), score) for row, score in scored[:limit]]
 
 
-def _nearest(
+_TEXT_FIRST = '{"text":"'
+
+
+def _plain_text(payload: str) -> str | None:
+    """The text of a plaintext payload without escapes, read without decoding it, else None.
+
+    ``memstack.memory.rows`` writes the text first; with no backslash in the payload the
+    text holds no escaped quote, so it ends at the next quote. A sealed payload starts
+    otherwise and is always decoded (a store without its key must fail on it).
+    """
+    if not payload.startswith(_TEXT_FIRST) or "\\" in payload:
+        return None
+    return payload[len(_TEXT_FIRST) : payload.index('"', len(_TEXT_FIRST))]
+
+
+async def _first_hop(
+    semantic: SemanticIndex,
+    blocks: Sequence[Block],
+    embedding: asyncio.Future[list[list[float]]],
+    hits: int,
+    policy: RecallPolicy,
+) -> tuple[Any, list[tuple[str, float]]]:
+    """The query's vector and its ``hits`` nearest above the policy's floor, searched on
+    a thread (numpy lets go of the GIL) as soon as the query is embedded."""
+    [query_vector] = await embedding
+    near = await asyncio.to_thread(semantic.nearest, blocks, query_vector, hits)
+    return query_vector, [(i, cosine) for i, cosine in near if cosine >= policy.min_similarity]
+
+
+def _feedback(
     semantic: SemanticIndex,
     blocks: Sequence[Block],
     query_vector: Sequence[float],
+    near: list[tuple[str, float]],
     by_words: Sequence[Row[Any]],
     limit: int,
     policy: RecallPolicy,
 ) -> list[tuple[str, float]]:
-    """The vector hits above the policy's floor (with feedback, from the moved query)."""
-    near = semantic.nearest(blocks, query_vector, 2 * limit)
-    near = [(i, cosine) for i, cosine in near if cosine >= policy.min_similarity]
+    """The vector hits above the policy's floor, from the query moved toward the best of
+    the first hits (``near``) when the policy asks for feedback."""
     if policy.feedback and near:
         first = fuse_scores(
             {row.id: float(row.total) for row in by_words}, near, weight=policy.semantic_weight

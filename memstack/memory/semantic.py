@@ -15,11 +15,13 @@ tokens where rank fusion recalled 79.9% (``benchmarks/README.md``).
 from __future__ import annotations
 
 import asyncio
+import bisect
 import threading
+import time
 import uuid
 import weakref
-from collections.abc import Collection, Hashable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Collection, Hashable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import delete, insert, select, update
@@ -28,6 +30,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 import memstack.cache as cache
 from memstack.errors import ConfigurationError
 from memstack.memory.cipher import MemoryCipher
+from memstack.memory.gaps import FIRST_WINDOW, WINDOW, Gaps
 from memstack.memory.models import Memory
 from memstack.memory.schema import Tables
 from memstack.memory.vectors import Embedder, decode, encode
@@ -80,7 +83,8 @@ class ScopeVectors:
     """What one scope's cached vectors are: blocks of rows by sequence number.
 
     Block ``i`` holds the rows with ``spans[i][0] < seq <= spans[i][1]`` (less those
-    forgotten since); ``seq`` is the highest sequence number read. ``token`` names this
+    forgotten since); ``seq`` is the highest sequence number read, ``gaps`` the numbers
+    below it not seen yet (``memstack.memory.gaps``). ``token`` names this
     reading's blocks in the cache: a scope read afresh gets new ones. A changed scope is
     a new value, so a reader that finds another value than it started from knows that
     what it built meanwhile may be stale, and keeps it to itself.
@@ -91,30 +95,45 @@ class ScopeVectors:
     seq: int
     spans: tuple[tuple[int, int], ...]
     block_rows: int
+    gaps: Gaps = field(default_factory=Gaps)
 
     def grown(
-        self, blocks: Sequence[Block], rows: Sequence[tuple[int, str, Any]]
+        self,
+        blocks: Sequence[Block],
+        rows: Sequence[tuple[int, str, Any]],
+        gaps: Gaps | None = None,
     ) -> tuple[ScopeVectors, dict[int, Block]]:
-        """With ``rows`` (seq, id, vector; in seq order) added: the last block filled to
-        ``block_rows``, then new blocks. Returns the new value and the blocks it changed."""
+        """With ``rows`` (seq, id, vector; in seq order) added: a late row (below
+        ``seq``, a gap filled) joins the block whose span holds it; the others fill the
+        last block to ``block_rows``, then new blocks. Returns the new value and the blocks
+        it changed."""
         from memstack.memory.quantized import Block
 
-        if not rows:
+        gaps = self.gaps if gaps is None else gaps
+        if not rows and gaps == self.gaps:
             return self, {}
         spans = list(self.spans)
         changed: dict[int, Block] = {}
-        rest = list(rows)
-        if spans and len(blocks[-1]) < self.block_rows:
-            free = self.block_rows - len(blocks[-1])
+        ends = [end for _, end in spans]
+        for seq, memory_id, vector in (row for row in rows if row[0] <= self.seq):
+            i = min(bisect.bisect_left(ends, seq), len(spans) - 1)
+            block = changed.get(i, blocks[i])
+            if memory_id not in block.ids:  # a re-read of the block may have found it
+                changed[i] = block.extended([memory_id], [vector])
+        rest = [row for row in rows if row[0] > self.seq]
+        last = len(spans) - 1
+        if spans and len(tail := changed.get(last, blocks[-1])) < self.block_rows:
+            free = self.block_rows - len(tail)
             room, rest = rest[:free], rest[free:]
             if room:
-                changed[len(spans) - 1] = blocks[-1].extended(*_columns(room))
+                changed[last] = tail.extended(*_columns(room))
                 spans[-1] = (spans[-1][0], room[-1][0])
         for first in range(0, len(rest), self.block_rows):
             chunk = rest[first : first + self.block_rows]
             changed[len(spans)] = Block.build(*_columns(chunk))
             spans.append((spans[-1][1] if spans else 0, chunk[-1][0]))
-        return replace(self, seq=max(self.seq, rows[-1][0]), spans=tuple(spans)), changed
+        seq = max(self.seq, rows[-1][0]) if rows else self.seq
+        return replace(self, seq=seq, spans=tuple(spans), gaps=gaps), changed
 
 
 def _columns(rows: Sequence[tuple[int, str, Any]]) -> tuple[list[str], Any]:
@@ -129,16 +148,25 @@ class SemanticIndex:
     A scope's vectors are read once per process into quantised blocks
     (``memstack.memory.quantized``) kept in the process cache (``memstack.cache``), shared
     by every store on the same engine and tables; each search first reads the rows added
-    since (by sequence number), so other processes' writes are seen. Forgetting in this
+    since (by sequence number), and those that committed late into numbers it had read
+    past (``memstack.memory.gaps``), so other processes' writes are seen. Forgetting in this
     process takes the vectors out of the cache at once (``forget_cached``); rows another
     process deleted stay until the scope is read afresh, and are dropped when their
     memories are read live, as superseded ones are.
     """
 
-    def __init__(self, embedder: Embedder, tables: Tables, cipher: MemoryCipher) -> None:
+    def __init__(
+        self,
+        embedder: Embedder,
+        tables: Tables,
+        cipher: MemoryCipher,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.embedder = embedder
         self.tables = tables
         self.cipher = cipher
+        self.clock = clock  # ages the gaps (``memstack.memory.gaps``)
 
     async def embed(self, texts: Sequence[str]) -> list[list[float]]:
         """Embeddings off the event loop: a model is CPU work."""
@@ -227,9 +255,12 @@ class SemanticIndex:
             if block is cache.MISSING:  # evicted: read its rows again
                 block = reread[i] = await self._read(conn, scope, span)
             blocks.append(block)
+        gaps, late = await self._late(conn, scope, vectors.gaps)
         added = await self._rows(conn, scope, vectors.seq, None)
+        if added and conn.dialect.name != "sqlite":  # SQLite commits in number order
+            gaps = await self._gaps(conn, scope, gaps, vectors.seq, added)
         try:
-            grown, changed = vectors.grown(blocks, added)
+            grown, changed = vectors.grown(blocks, [*late, *added], gaps)
         except ValueError as exc:  # vectors of another length under the same model name
             raise _mixed(exc) from exc
         for i, block in changed.items():
@@ -247,6 +278,49 @@ class SemanticIndex:
                 if grown is not found:
                     cache.put(key, grown, weight=64 + 16 * len(grown.spans))
         return blocks
+
+    async def _late(
+        self, conn: AsyncConnection, scope: str, gaps: Gaps
+    ) -> tuple[Gaps, list[tuple[int, str, Any]]]:
+        """The rows of the scope that showed up in ``gaps``, and the gaps still open."""
+        if not gaps.open:
+            return gaps, []
+        v = self.tables.vectors
+        query = select(v.c.seq, v.c.scope, v.c.model, v.c.memory_id, v.c.vector).where(
+            v.c.seq.in_(gaps.numbers)
+        )
+        rows = (await conn.execute(query.order_by(v.c.seq))).all()
+        mine = [
+            (seq, memory_id, decode(_open(self.cipher, scope, stored)))
+            for seq, row_scope, model, memory_id, stored in rows
+            if row_scope == scope and model == self.embedder.name
+        ]
+        return gaps.filled({row.seq for row in rows}, now=self.clock()), mine
+
+    async def _gaps(
+        self,
+        conn: AsyncConnection,
+        scope: str,
+        gaps: Gaps,
+        after: int,
+        added: Sequence[tuple[int, str, Any]],
+    ) -> Gaps:
+        """``gaps`` plus the numbers read past in ``added`` that no row holds yet.
+
+        Asked after ``added`` was read: a row of this scope that committed in between
+        is present here but was not read, so it counts as a gap and is read next time.
+        """
+        high = added[-1][0]
+        low = max(after, high - (WINDOW if after else FIRST_WINDOW))
+        read = {seq for seq, _, _ in added}
+        v = self.tables.vectors
+        query = select(v.c.seq, v.c.scope, v.c.model).where(v.c.seq > low, v.c.seq <= high)
+        present = {
+            seq
+            for seq, row_scope, model in await conn.execute(query)
+            if seq in read or row_scope != scope or model != self.embedder.name
+        }
+        return gaps.found(range(low + 1, high + 1), present=present, now=self.clock())
 
     async def _read(self, conn: AsyncConnection, scope: str, span: tuple[int, int]) -> Block:
         from memstack.memory.quantized import Block

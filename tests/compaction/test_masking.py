@@ -285,11 +285,49 @@ def test_trimmed_replies_and_kept_fields_read_the_same_at_every_later_call() -> 
         ({"keep_fields": {"get_order": "items"}}, "keep_fields"),
         ({"keep_fields": ["items"]}, "keep_fields"),
         ({"trim_replies": "yes"}, "trim_replies"),
+        ({"trim_replies": True, "trim_restated": 1}, "trim_restated"),
+        ({"trim_restated": True}, "trim_restated needs trim_replies"),
     ],
 )
 def test_keep_fields_and_trim_replies_are_checked(options: dict[str, Any], message: str) -> None:
     with pytest.raises(ConfigurationError, match=message):
         Mask(**options)
+
+
+def test_trim_restated_leaves_out_sentences_that_only_repeat_what_stands_above() -> None:
+    mask = Mask(
+        keep_last_turns=1, keep_fields=SUPPORT_FIELDS, trim_replies=True, trim_restated=True
+    )
+    # HAT001, 2024-05-01 and 120 stand verbatim in the answer's kept fields just above
+    assert mask.apply(support_chat())[3]["content"] == (
+        "Thanks for waiting while I looked everything up for you in our systems today. …"
+    )
+    # without kept fields the placeholder does not show them: the sentence stays
+    plain = Mask(keep_last_turns=1, trim_replies=True, trim_restated=True)
+    assert "HAT001 departs" in plain.apply(support_chat())[3]["content"]
+    # a sentence with one name the view does not show above stays, whole
+    items = support_chat()
+    items[3] = {"role": "assistant", "content": LONG_REPLY.replace("$120", "$135")}
+    assert (
+        "Your flight HAT001 departs on 2024-05-01 and the fare was $135."
+        in (mask.apply(items)[3]["content"])
+    )
+
+
+def test_trim_restated_reads_the_same_at_every_later_call() -> None:
+    mask = Mask(
+        keep_last_turns=1, keep_fields=SUPPORT_FIELDS, trim_replies=True, trim_restated=True
+    )
+    first = mask.apply(support_chat())
+    later = mask.apply(
+        [
+            *support_chat(),
+            {"role": "assistant", "content": "Sure: HAT001 on 2024-05-01."},
+            {"role": "user", "content": "And the fare of $120?"},
+        ]
+    )
+    assert later[: len(first) - 1] == first[:-1]  # the prompt prefix stays byte-stable
+    assert mask.apply(first) == first  # masking the view again changes nothing
 
 
 def test_trim_replies_trims_the_sdks_structured_messages_too() -> None:

@@ -7,13 +7,16 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
-from sqlalchemy import func, select
+from sqlalchemy import delete, func, insert, select
+from sqlalchemy.ext.asyncio import create_async_engine
 
 from memstack import cache
 from memstack.crypto import Keyring, generate_key
 from memstack.errors import ConfigurationError
 from memstack.memory import HashingEmbedder, MemoryStore, MiniLMEmbedder, OnnxMiniLMEmbedder
+from memstack.memory.gaps import MAX_AGE
 from memstack.memory.recall_policy import RecallPolicy
+from memstack.memory.rows import row_values
 from memstack.memory.semantic import (
     ScopeVectors,
     SemanticIndex,
@@ -387,4 +390,87 @@ async def test_vectors_of_another_length_under_one_model_name_are_refused(
     with pytest.raises(ConfigurationError, match="re-embed the scope"):
         await other.recall("ana", "tea")
     await other.close()
+    await store.close()
+
+
+@pytest.mark.parametrize("backend", ["postgres", "mariadb"])  # SQLite serialises writers
+async def test_a_vector_that_commits_after_a_later_one_is_still_found(
+    backend: str, tmp_path: Path, scope: str, fresh_cache: None
+) -> None:
+    # Sequence numbers are drawn at insert, so commits land out of order: the cache must
+    # not step past a lower number still in flight.
+    store = MemoryStore.from_url(memory_url(backend, tmp_path), embedder=HashingEmbedder())
+    assert store.semantic is not None
+    first = await store.remember(scope, "Ana plays the cello")
+    assert await _nearest_ids(store, scope, "cello") == [first.id]  # the scope is cached
+    early = store.new_memory(scope, "Ana keeps bees on the roof")
+    vectors = await store.semantic.embed([early.text])
+    async with store.engine.connect() as held:
+        transaction = await held.begin()
+        await held.execute(insert(store.tables.memories), [row_values(store.cipher, early)])
+        await store.semantic.write(held, [early], vectors)  # the lower number, uncommitted
+        later = await store.remember(scope, "Ana bakes sourdough bread")  # committed first
+        assert later.id in await _nearest_ids(store, scope, "sourdough bread")
+        assert early.id not in await _nearest_ids(store, scope, "bees on the roof")
+        await transaction.commit()
+    assert early.id in await _nearest_ids(store, scope, "bees on the roof")
+    recalled = await store.recall(scope, "bees on the roof", max_tokens=200)
+    assert early.id in [m.id for m in recalled]  # by meaning: it has no full-text postings
+    await store.forget(scope)
+    await store.close()
+
+
+@pytest.mark.parametrize("backend", MEMORY_BACKENDS)
+async def test_a_memory_another_process_deleted_is_never_recalled(
+    backend: str, tmp_path: Path, scope: str, fresh_cache: None
+) -> None:
+    # Another process's forget cannot reach this process's cache: the vector stays in the
+    # cached block until eviction, and recall reads the hits' rows live, so it drops them.
+    url = memory_url(backend, tmp_path)
+    store = MemoryStore.from_url(url, embedder=HashingEmbedder())
+    keep = await store.remember(scope, "Ana keeps bees on the roof")
+    gone = await store.remember(scope, "Ana keeps a secret diary")
+    assert gone.id in await _nearest_ids(store, scope, "a secret diary")
+    # Not the store's engine, so no cache hook: as another process would.
+    other = create_async_engine(url.replace("sqlite:///", "sqlite+aiosqlite:///", 1))
+    try:
+        async with other.begin() as conn:
+            for table in (store.tables.vectors, store.tables.terms):
+                await conn.execute(delete(table).where(table.c.memory_id == gone.id))
+            m = store.tables.memories
+            await conn.execute(delete(m).where(m.c.id == gone.id))
+    finally:
+        await other.dispose()
+    assert gone.id in (_cached_ids(store, scope) or set())  # still cached...
+    recalled = await store.recall(scope, "Ana keeps a secret diary", max_tokens=200)
+    assert keep.id in [m.id for m in recalled]
+    assert gone.id not in [m.id for m in recalled]  # ...but never recalled
+    assert gone.id not in [m.id for m, _ in await store.search(scope, "a secret diary")]
+    await store.forget(scope)
+    await store.close()
+
+
+@pytest.mark.parametrize("backend", ["postgres", "mariadb"])
+async def test_a_rolled_back_vector_is_waited_for_only_so_long(
+    backend: str, tmp_path: Path, scope: str, fresh_cache: None
+) -> None:
+    clock = FakeClock(0.0)
+    store = MemoryStore.from_url(memory_url(backend, tmp_path), embedder=HashingEmbedder())
+    assert store.semantic is not None
+    store.semantic.clock = clock
+    await store.remember(scope, "Ana plays the cello")
+    await _nearest_ids(store, scope, "cello")
+    lost = store.new_memory(scope, "Ana keeps bees on the roof")
+    async with store.engine.connect() as held:
+        transaction = await held.begin()
+        await store.semantic.write(held, [lost], await store.semantic.embed([lost.text]))
+        await store.remember(scope, "Ana bakes sourdough bread")
+        await _nearest_ids(store, scope, "bread")
+        await transaction.rollback()
+    key = scope_key(store.engine, store.tables, scope)
+    assert cache.get(key).gaps.open  # the rolled-back number: in flight, for all we know
+    clock.tick(MAX_AGE + 1)
+    await _nearest_ids(store, scope, "bread")
+    assert not cache.get(key).gaps.open  # given up: it will never show up
+    await store.forget(scope)
     await store.close()

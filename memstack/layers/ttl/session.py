@@ -91,6 +91,7 @@ logger = logging.getLogger("memstack.ttl")
 
 _CONTEXT = 4  # stored records a write reads first: the newest one, and any unit left open
 _WHOLE_FIRST = 256  # records a read of the whole history asks for first
+_STAMP_WEIGHT = 128  # a Stamp (a tuple of six) beyond the two-tuple and key a kept row holds
 
 Seconds = float | int | timedelta
 Clock = Callable[[], float]
@@ -195,7 +196,8 @@ class TTLSession(SessionLayer):
             return found[0]  # type: ignore[no-any-return]
 
         snapshot = self.expiry.resolve(items, now, whole=stored.complete, read=self.read, at=at)
-        incremental.keep(slot, keys, known)
+        # A stamp's item is a value of the rows read (weighed there): the stamp is its own.
+        incremental.keep(slot, keys, known, weight=_STAMP_WEIGHT * len(keys))
         return snapshot, known
 
     # -- the layer protocol -----------------------------------------------------------------

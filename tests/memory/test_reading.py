@@ -1,0 +1,60 @@
+"""Recall's reading path: rank rows on their columns, decode only what it returns."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from memstack.crypto import Keyring, generate_key
+from memstack.memory import HashingEmbedder, MemoryStore
+from memstack.memory import reading as reading_module
+from memstack.memory.cipher import MemoryCipher
+from memstack.memory.models import Memory
+from memstack.memory.reading import _plain_text
+from memstack.memory.rows import row_values
+
+TEXTS = [
+    "Likes tea?",
+    'He said "hi"',
+    "two\nlines? yes",
+    "Zoë — ok?",
+    "back\\slash?",
+    "tab\there",
+    "\u0001control",
+    "",
+]
+
+
+@pytest.mark.parametrize("text", TEXTS)
+def test_the_text_read_without_decoding_is_the_decoded_text_or_none(text: str) -> None:
+    memory = Memory(id="m", scope="s", text=text, context="asked?", data={"q": "why?"})
+    payload = row_values(MemoryCipher(None), memory)["payload"]
+    assert _plain_text(payload) in (None, text)
+    sealed = row_values(MemoryCipher(Keyring.of(generate_key())), memory)
+    assert _plain_text(sealed["payload"]) is None  # a sealed payload is always opened
+
+
+async def test_only_the_returned_memories_are_decoded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = MemoryStore.from_url(f"sqlite:///{tmp_path / 'r.db'}", embedder=HashingEmbedder())
+    await store.remember_many(
+        [store.new_memory("ana", f"Ana went hiking with friend {n}") for n in range(40)]
+        + [store.new_memory("ana", f"Did Ana go hiking with friend {n}?") for n in range(5)]
+    )
+    opened: list[str] = []
+    decode = reading_module.memory_from_row
+
+    def counting(cipher: MemoryCipher, row: object) -> Memory:
+        memory = decode(cipher, row)  # type: ignore[arg-type]
+        opened.append(memory.id)
+        return memory
+
+    monkeypatch.setattr(reading_module, "memory_from_row", counting)
+    found = await store.search("ana", "hiking with a friend", limit=5)
+    assert len(found) == 5
+    assert set(opened) == {memory.id for memory, _ in found}  # not the other 35 candidates
+    # The questions were ranked with their weight, as before: none outranks a statement.
+    assert not any(memory.text.endswith("?") for memory, _ in found)
+    await store.close()
