@@ -31,6 +31,10 @@ set_tracing_disabled(True)
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    # More than a hundred tests start a Python child (the CLI, kill -9 rounds, child pytests);
+    # where PYTHONDONTWRITEBYTECODE is set, each compiled memstack's modules again (~0.15 s
+    # of CPU each); the children may write __pycache__ (git-ignored) and reuse it.
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
     if getattr(config.option, "numprocesses", None) and not hasattr(config, "workerinput"):
         # pytest-xdist's controller, before any worker starts: the stores' default tables,
         # created once. Two workers creating them at one moment on a fresh database race

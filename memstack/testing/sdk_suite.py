@@ -5,11 +5,15 @@
     report = run_sdk_session_tests([{"layer": "ttl", "ttl": "1d"}], fetch_sdk_tests())
     assert not report.failed, report.summary()
 
+    # several stacks, one child pytest (starting one takes seconds: pytest, the SDK):
+    reports = run_sdk_session_tests_through({"ttl": [...], "bare": []}, fetch_sdk_tests())
+
 The registry's source distribution of the installed openai-agents holds the SDK's tests.
 ``fetch_sdk_tests`` downloads it once per version (``pip download``) into a cache folder;
 ``run_sdk_session_tests`` runs its session tests in a child pytest, where this module is a
 plugin that replaces ``SQLiteSession``, and the test doubles that stand in for a store,
-by the same store or double under the given stack. A test that reads the store's own
+by the same store or double under the given stack; ``run_sdk_session_tests_through`` runs
+them once per stack, stack after stack, in one child. A test that reads the store's own
 attributes still finds them: the stack answers for its store there.
 """
 
@@ -36,6 +40,7 @@ __all__ = [
     "SdkSuiteReport",
     "fetch_sdk_tests",
     "run_sdk_session_tests",
+    "run_sdk_session_tests_through",
 ]
 
 SDK_SESSION_TESTS = (
@@ -45,7 +50,7 @@ SDK_SESSION_TESTS = (
 )
 # Names, in the SDK's test modules, of classes that stand in for a store.
 STORE_DOUBLES = ("SQLiteSession", "ContextAwareSession", "LegacySession", "LegacyKwargsSession")
-_STACK_ENV = "MEMSTACK_SDK_STACK"
+_STACKS_ENV = "MEMSTACK_SDK_STACKS"
 _REPORT_ENV = "MEMSTACK_SDK_REPORT"
 _CACHE_ENV = "MEMSTACK_SDK_TESTS_DIR"
 
@@ -131,11 +136,31 @@ def run_sdk_session_tests(
     ``stack`` lists layers bottom to top as recipes do: ``{"layer": "ttl", "ttl": "1d"}``;
     options must be JSON (keys as text). ``SdkSuiteError`` when pytest itself fails to run.
     """
+    return run_sdk_session_tests_through({"stack": stack}, root, tests=tests, timeout=timeout)[
+        "stack"
+    ]
+
+
+def run_sdk_session_tests_through(
+    stacks: Mapping[str, Sequence[Mapping[str, Any]]],
+    root: Path,
+    *,
+    tests: Iterable[str] = SDK_SESSION_TESTS,
+    timeout: float = 600.0,
+) -> dict[str, SdkSuiteReport]:
+    """``run_sdk_session_tests`` for each of ``stacks`` (by name), in one child pytest.
+
+    The child runs every test under the first stack, then every test under the next, …;
+    a report per stack. Starting the child (pytest, the SDK, its tests) is most of a
+    short run's cost, so one child for several stacks saves it for all but the first.
+    """
     with tempfile.TemporaryDirectory() as scratch:
         report_path = Path(scratch) / "report.json"
         env = {
             **os.environ,
-            _STACK_ENV: json.dumps(list(map(dict, stack))),
+            _STACKS_ENV: json.dumps(
+                {name: list(map(dict, stack)) for name, stack in stacks.items()}
+            ),
             _REPORT_ENV: str(report_path),
         }
         command = [
@@ -156,6 +181,10 @@ def run_sdk_session_tests(
                 f"{(done.stdout + done.stderr).strip()[-2000:]}"
             )
         outcomes = json.loads(report_path.read_text())
+    return {name: _report(outcomes.get(name, {})) for name in stacks}
+
+
+def _report(outcomes: Mapping[str, Sequence[str]]) -> SdkSuiteReport:
     report = SdkSuiteReport()
     for test, (outcome, why) in sorted(outcomes.items()):
         if outcome == "failed":
@@ -242,33 +271,61 @@ def _answering_for_its_store(stack: Any) -> Any:
     return stack
 
 
+# Child runs only: the run order, one (item, stack name) a step, and each stack's stand-ins
+# for the store doubles of each collected module, swapped in while that stack's step runs.
+_schedule: list[tuple[Any, str]] = []
+_stand_ins: dict[str, dict[Any, dict[str, type]]] = {}
+_current: list[str] = []  # the stack whose step is running
+
+
 def pytest_collection_modifyitems(items: list[Any]) -> None:
-    """Put every store double of the collected modules under the stack (child runs only)."""
-    raw = os.environ.get(_STACK_ENV)
+    """Every collected test once per stack, stack after stack (child runs only)."""
+    raw = os.environ.get(_STACKS_ENV)
     if raw is None:
         return
-    specs = json.loads(raw)
-    for module in {id(item.module): item.module for item in items if item.module}.values():
-        for name in STORE_DOUBLES:
-            original = getattr(module, name, None)
-            if isinstance(original, type):
-                setattr(module, name, _stacked(original, specs))
+    stacks: dict[str, list[Any]] = json.loads(raw)
+    modules = {id(item.module): item.module for item in items if item.module}.values()
+    for name, specs in stacks.items():
+        _stand_ins[name] = {
+            module: {
+                double: _stacked(original, specs)
+                for double in STORE_DOUBLES
+                if isinstance(original := getattr(module, double, None), type)
+            }
+            for module in modules
+        }
+    _schedule[:] = [(item, name) for name in stacks for item in items]
+    items[:] = [item for item, _ in _schedule]
 
 
-_outcomes: dict[str, tuple[str, str]] = {}
+def pytest_runtest_logstart(nodeid: str) -> None:
+    """Before a step's setup: its stack's stand-ins in place."""
+    if not _schedule:
+        return
+    item, name = _schedule.pop(0)
+    if item.nodeid != nodeid:
+        raise SdkSuiteError(f"ran {nodeid}, expected {item.nodeid} (another plugin reordered)")
+    _current[:] = [name]
+    for module, doubles in _stand_ins[name].items():
+        for double, stand_in in doubles.items():
+            setattr(module, double, stand_in)
+
+
+_outcomes: dict[str, dict[str, tuple[str, str]]] = {}
 
 
 def pytest_runtest_logreport(report: Any) -> None:
-    if os.environ.get(_REPORT_ENV) is None:
+    if os.environ.get(_REPORT_ENV) is None or not _current:
         return
+    outcomes = _outcomes.setdefault(_current[0], {})
     if report.failed:
         crash = getattr(report.longrepr, "reprcrash", None)
         why = crash.message if crash is not None else str(report.longrepr)[-300:]
-        _outcomes[report.nodeid] = ("failed", why.splitlines()[0] if why else "")
+        outcomes[report.nodeid] = ("failed", why.splitlines()[0] if why else "")
     elif report.skipped:
-        _outcomes.setdefault(report.nodeid, ("skipped", ""))
+        outcomes.setdefault(report.nodeid, ("skipped", ""))
     elif report.when == "call":
-        _outcomes.setdefault(report.nodeid, ("passed", ""))
+        outcomes.setdefault(report.nodeid, ("passed", ""))
 
 
 def pytest_sessionfinish() -> None:

@@ -15,7 +15,12 @@ from typing import Any
 import pytest
 
 from memstack.crypto import generate_key
-from memstack.testing.sdk_suite import SdkSuiteError, fetch_sdk_tests, run_sdk_session_tests
+from memstack.testing.sdk_suite import (
+    SdkSuiteError,
+    SdkSuiteReport,
+    fetch_sdk_tests,
+    run_sdk_session_tests_through,
+)
 
 from ..conftest import IN_CI
 
@@ -63,9 +68,17 @@ def sdk_tests() -> Path:
         pytest.skip(f"the SDK's session tests could not be fetched: {exc}")
 
 
+@pytest.fixture(scope="module")
+def reports(sdk_tests: Path) -> dict[str, SdkSuiteReport]:
+    """Every stack's run, from one child pytest (a child per stack took seconds more each)."""
+    return run_sdk_session_tests_through(STACKS, sdk_tests)
+
+
 @pytest.mark.parametrize("stack", list(STACKS))
-def test_the_sdks_session_tests_pass_through_the_stack(sdk_tests: Path, stack: str) -> None:
-    report = run_sdk_session_tests(STACKS[stack], sdk_tests)
+def test_the_sdks_session_tests_pass_through_the_stack(
+    reports: dict[str, SdkSuiteReport], stack: str
+) -> None:
+    report = reports[stack]
     must, may = listed(stack)
     ran = set(report.passed) | set(report.failed)
     assert len(ran) >= 80, report.summary()  # the three files hold 86 tests in 0.24.0
