@@ -243,10 +243,7 @@ class StorageCapabilities(ABC):
         A retention layer stamps them to expire with that data; this default, knowing no
         write times, appends them with ``add_items``.
         """
-        session = self.session
-        await self.transaction(
-            lambda: session.add_items(list(items), **forward_wrapper(session, wrapper))  # type: ignore[arg-type]
-        )
+        await self._add(items, wrapper)
 
     async def append_after(
         self,
@@ -264,19 +261,17 @@ class StorageCapabilities(ABC):
         An adapter whose store allows it reads in the write's own transaction, under
         the lock the store's writes take: one round trip, and no writer in between.
         """
-        n = max(first, 1)
-        while True:
-            tail = await self.read_newest(n, wrapper=wrapper)
-            stored_items(tail.items, session_id=self.session.session_id)
-            values = compose(tail)
-            if values is not None:
-                break
-            if tail.complete:
-                raise AssertionError("compose asked for more than the whole history")
-            n *= 4
+
+        def read(n: int) -> Awaitable[Tail]:
+            return self.read_newest(n, wrapper=wrapper)
+
+        values = await composed(read, compose, first=first, session_id=self.session.session_id)
+        await self._add(values, wrapper)
+
+    async def _add(self, items: Sequence[Item], wrapper: RunContextWrapper[Any] | None) -> None:
         session = self.session
         await self.transaction(
-            lambda: session.add_items(list(values), **forward_wrapper(session, wrapper))  # type: ignore[arg-type]
+            lambda: session.add_items(list(items), **forward_wrapper(session, wrapper))  # type: ignore[arg-type]
         )
 
     async def transaction(self, call: Callable[[], Awaitable[T]]) -> T:
@@ -309,6 +304,27 @@ class StorageCapabilities(ABC):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({type(self.session).__name__}, atomic={self.atomic})"
+
+
+async def composed(
+    read: Callable[[int], Awaitable[Tail]],
+    compose: Callable[[Tail], Sequence[Item] | None],
+    *,
+    first: int,
+    session_id: str,
+) -> Sequence[Item]:
+    """What ``compose`` makes of the newest values ``read(n)`` gives (``append_after``):
+    at least ``first`` of them, four times as many each time it asks for more."""
+    n = max(first, 1)
+    while True:
+        tail = await read(n)
+        stored_items(tail.items, session_id=session_id)
+        values = compose(tail)
+        if values is not None:
+            return values
+        if tail.complete:
+            raise AssertionError("compose asked for more than the whole history")
+        n *= 4
 
 
 def check_replacement(n: int, items: Sequence[Item]) -> None:

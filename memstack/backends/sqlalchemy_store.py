@@ -21,13 +21,12 @@ from agents.memory.session import _await_mutation
 from sqlalchemy import Select, bindparam, column, insert, select, table, text, update
 
 import memstack.backends.sql as sql
-from memstack.backends.capabilities import StorageCapabilities, Tail
+from memstack.backends.capabilities import StorageCapabilities, Tail, composed
 from memstack.backends.mysql_tables import prepare_mysql_tables
 from memstack.backends.retry import DEFAULT_RETRY, Retry
 from memstack.backends.rows import newest_rows
 from memstack.backends.translate import store_errors
 from memstack.errors import CapabilityError
-from memstack.history import stored_items
 
 if TYPE_CHECKING:
     from agents.run_context import RunContextWrapper
@@ -159,20 +158,14 @@ class SQLAlchemyCapabilities(sql.PlanCapabilities):
                     rows: Sequence[Any] = (await sess.execute(newest.limit(window), params)).all()
                     return rows
 
-                n = max(first, 1)
-                while True:
-                    tail = await newest_rows(fetch, n, store=place, session_id=store.session_id)
-                    stored_items(tail.items, session_id=store.session_id)
-                    values = compose(tail)
-                    if values is not None:
-                        break
-                    if tail.complete:
-                        raise AssertionError("compose asked for more than the whole history")
-                    n *= 4
+                def read(n: int) -> Awaitable[Tail]:
+                    return newest_rows(fetch, n, store=place, session_id=store.session_id)
+
+                values = await composed(read, compose, first=first, session_id=store.session_id)
                 if not values:
                     return
                 payload = [
-                    {"session_id": store.session_id, "message_data": await store._serialize_item(v)}
+                    {"session_id": store.session_id, "message_data": await store._serialize_item(v)}  # type: ignore[arg-type]
                     for v in values
                 ]
                 await sess.execute(insert(messages), payload)

@@ -275,35 +275,24 @@ async def test_mariadb_deadlock_in_a_rewrite_plan_is_retried(mariadb: Any) -> No
 # -- PostgreSQL -------------------------------------------------------------------------
 
 
-async def test_postgres_deadlock_is_retried_through_a_stack(postgres: Any) -> None:
+@pytest.mark.parametrize("layer", ["passthrough", "ttl"])
+async def test_postgres_deadlock_is_retried_through_a_stack(postgres: Any, layer: str) -> None:
+    """A TTL write reads its tail in its own transaction: the rerun reads and stamps again."""
+    from memstack.layers import TTLSession
+
     engine, tables = postgres
-    stack = PassthroughSession(open_backend(POSTGRES_URL, "s1", engine=engine, **tables.options()))
+    store = open_backend(POSTGRES_URL, "s1", engine=engine, **tables.options())
+    stack = (
+        PassthroughSession(store)
+        if layer == "passthrough"
+        else TTLSession(store, ttl=3600, purge_every=None)
+    )
     await stack.add_items([FIRST])  # type: ignore[list-item]
 
     async def write() -> None:
         await stack.add_items([SECOND])  # type: ignore[list-item]
 
     # add_items locks the session row, then inserts messages: lock them the other way round.
-    with inserts_into(engine, tables.messages) as sent:
-        task = await postgres_deadlock(engine, tables.messages, lock_session_row(tables), write)
-    assert _outcome(task) is None
-    assert len(sent) == 2  # the deadlocked attempt, rolled back, and the retry
-    assert await stack.get_items() == [FIRST, SECOND]
-    assert len(await stored(engine, tables, "s1")) == 2
-
-
-async def test_postgres_deadlock_in_a_ttl_write_is_retried(postgres: Any) -> None:
-    """A TTL write reads its tail in its own transaction: the rerun reads and stamps again."""
-    from memstack.layers import TTLSession
-
-    engine, tables = postgres
-    store = open_backend(POSTGRES_URL, "s1", engine=engine, **tables.options())
-    stack = TTLSession(store, ttl=3600, purge_every=None)
-    await stack.add_items([FIRST])  # type: ignore[list-item]
-
-    async def write() -> None:
-        await stack.add_items([SECOND])  # type: ignore[list-item]
-
     with inserts_into(engine, tables.messages) as sent:
         task = await postgres_deadlock(engine, tables.messages, lock_session_row(tables), write)
     assert _outcome(task) is None
