@@ -278,12 +278,15 @@ class SessionLayer:
         *,
         first: int = 128,
         hinted: bool = True,
+        reach_of: Callable[[T, Tail], int] | None = None,
     ) -> T:
         """Read what the layer below shows, longer and longer, until ``decide`` answers
         (``memstack.pipeline.read``; ``hinted=False`` for a read of a few newest items)."""
         layers, source = chain_below(self.inner)
         newest = _source_reader(source, wrapper, layers)
-        return await read(layers, source, newest, decide, wrapper, first=first, hinted=hinted)
+        return await read(
+            layers, source, newest, decide, wrapper, first=first, hinted=hinted, reach_of=reach_of
+        )
 
     async def newest_below(self, n: int, wrapper: RunContextWrapper[Any] | None) -> Tail:
         """At least the newest ``n`` items the layer below shows (all, when it holds fewer)."""
@@ -390,7 +393,11 @@ def _source_reader(
     async def newest(n: int) -> Tail:
         with store_errors(source):  # named by the layer whose method was called
             if isinstance(source, SessionLayer):
-                items = await source.get_items(limit=n, **forward_wrapper(source, wrapper))
+                # Unrepaired, as the layer returns them: the top of this stack repairs the
+                # view, and a repair here (an output whose call the cut left out) would
+                # make the read look shorter than asked, so taken for the whole history.
+                with stored_history():
+                    items = await source.get_items(limit=n, **forward_wrapper(source, wrapper))
                 tail = Tail.undated(items, complete=len(items) < n)
             else:
                 tail = await capabilities_of(source).read_newest(n, wrapper=wrapper)

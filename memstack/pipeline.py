@@ -82,13 +82,16 @@ async def read(
     *,
     first: int = _FIRST_READ,
     hinted: bool = True,
+    reach_of: Callable[[T, Tail], int] | None = None,
 ) -> T:
     """Read ``source`` through ``layers`` (bottom first) until ``decide`` says it is enough.
 
     ``newest(n)`` reads the source's newest ``n`` values. ``decide`` gets the top layer's
     tail and returns its answer, None for "longer", or ``Need.AGAIN`` after it changed the
     store (the same read again). ``hinted``: start from how many rows the last such read
-    of this session needed (``Tail.reach``), and remember it for the next.
+    of this session needed (``Tail.reach``), and remember it for the next. ``reach_of``:
+    how many stored rows the answer depended on, where fewer than the tail's (an answer
+    that checks an old row once need not read back to it again).
     """
     hint_key = ("hint", type(source).__name__, source.session_id, *(type(x) for x in layers))
     hint = cache.get(hint_key) if hinted else cache.MISSING
@@ -112,7 +115,8 @@ async def read(
                 continue
             if answer is not None and not isinstance(answer, Need):
                 if hinted:
-                    needed = tail.reach + tail.reach // 4 + _SLACK
+                    reach = tail.reach if reach_of is None else reach_of(answer, tail)
+                    needed = reach + reach // 4 + _SLACK
                     if needed != hint:
                         cache.put(hint_key, needed, weight=64)
                 return answer

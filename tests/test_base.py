@@ -162,3 +162,28 @@ async def test_reads_from_above_cross_a_layer_whose_reads_come_from_a_mixin(
     stack = EncryptedSession(NewestTwoLayer(store), key=generate_key())
     await stack.add_items(sample_items(6))  # type: ignore[arg-type]
     assert await stack.get_items(limit) == sample_items(6)[-2:]
+
+
+class Own(PassthroughSession):
+    """A layer of the user's own that reads its own way (a source for layers above)."""
+
+    async def get_items(self, limit=None, *, wrapper=None):  # type: ignore[no-untyped-def]
+        return await self.inner.get_items(limit)
+
+
+async def test_a_read_through_a_layer_of_your_own_is_not_taken_for_the_whole_history() -> None:
+    """The stack reads such a layer's newest n as it returns them: the top-of-stack repair
+    dropping an output whose call the cut left out made the read look shorter than asked,
+    so the stack took it for the whole history (and a compaction summary was lost)."""
+    from memstack.base import read_view
+
+    call = {"type": "function_call", "call_id": "c", "name": "f", "arguments": "{}"}
+    output = {"type": "function_call_output", "call_id": "c", "output": "x"}
+    older = [{"role": "user", "content": f"m{i}"} for i in range(4)]
+    newest = [{"role": "user", "content": f"n{i}"} for i in range(3)]
+    store = InMemorySession("s")
+    await store.add_items([*older, call, output, *newest])  # type: ignore[list-item]
+    above = PassthroughSession(Own(store))
+    tail = await read_view(above, want=4, wrapper=None)
+    assert not tail.complete or len(tail.items) == 9
+    assert await above.get_items() == [*older, call, output, *newest]

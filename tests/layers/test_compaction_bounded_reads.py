@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from memstack import capabilities_of
 from memstack.compaction import ExtractiveSummarizer, Items, Summarize
 from memstack.crypto import generate_key
@@ -49,3 +51,31 @@ async def test_a_read_over_ttl_does_not_read_the_whole_history() -> None:
     view = await session.get_items()
     assert view and len(view) < 40
     assert counting.rows < 200  # was every stored row (> 2000) before the fix
+
+
+@pytest.mark.parametrize("over", ["store", "ttl and encryption"])
+async def test_writes_that_compact_read_a_bounded_tail(over: str) -> None:
+    """A write whose trigger fires reads back to the last record's anchor, not to the
+    first item that record covers (it read the whole history: quadratic in its length)."""
+    counting = Counting(InMemorySession("s1"))
+    below: Any = counting
+    if over != "store":
+        below = EncryptedSession(TTLSession(counting, ttl=3600), key=generate_key())
+    session = CompactionSession(
+        below,
+        strategy=Summarize(ExtractiveSummarizer(), max_tokens=300),
+        trigger=Items(12, target=4),
+        keep_last_turns=1,
+    )
+    items = sample_items(1600)
+    for start in range(0, 1200, 8):
+        await session.add_items(items[start : start + 8])
+    counting.rows = 0
+    for start in range(1200, 1600, 8):
+        await session.add_items(items[start : start + 8])
+    writes = 400 // 8
+    # Two reads a write (plan, then re-read to append), each of at least 128 rows (a read's
+    # floor); before the fix each read reached the first item ever covered (> 1,200 rows).
+    assert counting.rows < 2 * 300 * writes
+    view = await session.get_items()
+    assert view and view[0]["role"] == "developer"  # the summary still applies

@@ -295,7 +295,13 @@ class CompactionSession(SessionLayer):
             res = await self._resolve(below)
             return None if res is None else (res, below)
 
-        return await self.read_below(resolved, wrapper)
+        def reached(found: tuple[Resolution, Tail], below: Tail) -> int:
+            # From the record's anchor on, as a view read: the first item it covers is
+            # checked by count (or trusted), so the next write need not read back to it.
+            res = found[0]
+            return below.reach_from(len(res.window) - res.depth)
+
+        return await self.read_below(resolved, wrapper, reach_of=None if complete else reached)
 
     # -- compaction ---------------------------------------------------------------------
     async def compact(self, *, wrapper: RunContextWrapper[Any] | None = None) -> Record | None:
