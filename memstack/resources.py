@@ -11,9 +11,10 @@
 
 A server builds a stack per request, so nothing a stack borrows from outside may belong to
 the stack: ``open_backend`` and ``MemoryStore.from_url`` take their engine from here (one
-per URL and engine options), summarisers their HTTP client (one per endpoint: base URL,
-API key, retries). The drivers bind connections to the event loop that opened them
-(asyncpg, aiomysql, aiosqlite, httpx), and a stack may be used from several threads each
+per URL and engine options; a Redis store its client, one per URL and client options),
+summarisers their HTTP client (one per endpoint: base URL, API key, retries). The
+drivers bind connections to the event loop that opened them (asyncpg, aiomysql,
+aiosqlite, redis-py, httpx), and a stack may be used from several threads each
 running its own loop, so each shared resource is really one per running loop, made there
 on first use and dropped with its loop. ``await memstack.dispose()`` closes them all at
 shutdown (an ASGI lifespan's, the end of a script), and empties the process cache
@@ -39,6 +40,7 @@ if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncEngine
 
     from memstack.backends.engines import LoopEngine
+    from memstack.backends.redis_clients import LoopRedis
 
 __all__ = [
     "PROCESS",
@@ -49,6 +51,7 @@ __all__ = [
     "engine",
     "model_client",
     "options_key",
+    "redis_client",
     "stats",
 ]
 
@@ -76,10 +79,11 @@ class Endpoint:
 
 @dataclass(frozen=True)
 class Stats:
-    """How many engines (pools) and model clients are open now, across loops."""
+    """How many engines (pools), model clients and Redis clients are open, across loops."""
 
     engines: int
     model_clients: int
+    redis_clients: int = 0
 
 
 def options_key(value: Any) -> Hashable:
@@ -96,10 +100,12 @@ def options_key(value: Any) -> Hashable:
 
 
 class Resources:
-    """The process's engines by URL and engine options, its model clients by endpoint."""
+    """The process's engines and Redis clients by URL and options, its model clients by
+    endpoint."""
 
     def __init__(self) -> None:
         self._engines: dict[Hashable, LoopEngine] = {}
+        self._redis: dict[Hashable, LoopRedis] = {}
         # By the endpoint itself (its key in memory only, as the clients hold it anyway).
         self._clients: dict[Endpoint, PerLoop[AsyncOpenAI]] = {}
         self._lock = threading.Lock()
@@ -117,6 +123,19 @@ class Resources:
                     found = self._engines[key] = LoopEngine(url, options or {})
         return found
 
+    def redis(self, url: str, options: Mapping[str, Any] | None = None) -> LoopRedis:
+        """The shared Redis client for ``url`` and these ``redis.asyncio.from_url`` options."""
+        key = (url, options_key(options or {}))
+        found = self._redis.get(key)
+        if found is None:
+            with self._lock:
+                found = self._redis.get(key)
+                if found is None:
+                    from memstack.backends.redis_clients import LoopRedis
+
+                    found = self._redis[key] = LoopRedis(url, options or {})
+        return found
+
     def model_client(self, endpoint: Endpoint) -> PerLoop[AsyncOpenAI]:
         """The shared clients (one per loop) for ``endpoint``."""
         found = self._clients.get(endpoint)
@@ -132,7 +151,8 @@ class Resources:
     def stats(self) -> Stats:
         engines = sum(len(e.engines) for e in list(self._engines.values()))
         clients = sum(len(c) for c in list(self._clients.values()))
-        return Stats(engines=engines, model_clients=clients)
+        redis = sum(len(r.clients) for r in list(self._redis.values()))
+        return Stats(engines=engines, model_clients=clients, redis_clients=redis)
 
     async def dispose(self) -> None:
         """Close every engine and client, each on its own loop. They reopen on next use."""
@@ -140,11 +160,13 @@ class Resources:
         # what they open again is counted, and closed by the next dispose().
         pools: list[PerLoop[Any]] = [e.engines for e in list(self._engines.values())]
         pools += list(self._clients.values())
+        pools += [r.clients for r in list(self._redis.values())]
         for pool in pools:
             await pool.aclose()
 
     def __repr__(self) -> str:
-        urls = sorted({e.shown for e in list(self._engines.values())})
+        shown = [e.shown for e in list(self._engines.values())]
+        urls = sorted({*shown, *(r.shown for r in list(self._redis.values()))})
         return f"Resources(engines={urls}, endpoints={sorted(map(repr, self._clients))})"
 
 
@@ -165,6 +187,11 @@ def engine(url: str, **options: Any) -> AsyncEngine:
     return PROCESS.engine(url, options)
 
 
+def redis_client(url: str, **options: Any) -> LoopRedis:
+    """The process's Redis client for ``url``: use it as a ``redis.asyncio.Redis``."""
+    return PROCESS.redis(url, options)
+
+
 def model_client(endpoint: Endpoint) -> Callable[[], AsyncOpenAI]:
     """``() -> AsyncOpenAI``: the process's client for ``endpoint`` on the running loop."""
     return PROCESS.model_client(endpoint).get
@@ -176,7 +203,7 @@ def stats() -> Stats:
 
 
 async def dispose() -> None:
-    """Close every shared engine and model client, and empty the process cache.
+    """Close every shared engine, Redis client and model client; empty the process cache.
 
     Call it once at shutdown, never per request. Safe to call more than once; a stack
     built or used afterwards opens what it needs again.

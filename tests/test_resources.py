@@ -26,7 +26,7 @@ import memstack
 from memstack import from_recipe, open_backend, resources
 from memstack.compaction.summarizer import OpenAIChatSummarizer
 from memstack.memory import MemoryStore
-from tests.conftest import MYSQL_URL, POSTGRES_URL, require_service
+from tests.conftest import MYSQL_URL, POSTGRES_URL, REDIS_URL, require_service
 
 API_KEY = "sk-res21-test-secret"
 
@@ -286,6 +286,69 @@ async def test_mariadb_stores_share_one_engine(fresh: None) -> None:
     assert await second.get_items() == []
     assert first.engine.sync_engine is second.engine.sync_engine  # type: ignore[attr-defined]
     assert resources.stats().engines == 1
+
+
+# -- Redis clients ----------------------------------------------------------------------------
+
+
+async def redis_connections(name: str) -> int:
+    import redis.asyncio as redis
+
+    probe = redis.from_url(REDIS_URL)
+    try:
+        return sum(1 for client in await probe.client_list() if client.get("name") == name)
+    finally:
+        await probe.aclose()
+
+
+async def test_redis_stacks_per_request_share_one_client(fresh: None) -> None:
+    """Each RedisSession.from_url opened a client, a pool and a connection per stack."""
+    require_service("Redis", REDIS_URL)
+    name = f"res21-{uuid.uuid4().hex[:8]}"
+    recipe = {
+        "backend": {
+            "url": REDIS_URL,
+            "key_prefix": f"memstack-test:{name}",
+            "redis_kwargs": {"client_name": name},
+        },
+        "layers": [{"layer": "ttl", "ttl": "30d"}],
+    }
+
+    async def request(n: int) -> None:
+        stack = from_recipe(recipe, session_id=f"{name}-{n % 10}")
+        await stack.get_items()
+        await stack.add_items([{"role": "user", "content": f"turn {n}"}])
+
+    for start in range(0, 100, 20):
+        await asyncio.gather(*(request(n) for n in range(start, start + 20)))
+    gc.collect()
+    assert 0 < await redis_connections(name) <= 20  # one pool: at most one per request at once
+    assert resources.stats().redis_clients == 1
+    stack = from_recipe(recipe, session_id=f"{name}-3")
+    turns = {f"turn {n}" for n in range(3, 100, 10)}
+    assert {item["content"] for item in await stack.get_items()} == turns  # type: ignore[index]
+    await memstack.dispose()
+    assert await redis_connections(name) == 0
+    assert resources.stats().redis_clients == 0
+    assert len(await stack.get_items()) == 10  # a stack built before dispose() reopens
+
+
+async def test_each_loop_gets_its_own_redis_client(fresh: None) -> None:
+    require_service("Redis", REDIS_URL)
+    name = f"res21-{uuid.uuid4().hex[:8]}"
+    store = open_backend(REDIS_URL, name, key_prefix=f"memstack-test:{name}")
+    client = resources.redis_client(REDIS_URL)
+
+    async def use() -> Any:
+        await store.add_items([{"role": "user", "content": "from a loop"}])
+        await store.get_items()
+        return client.clients.get()
+
+    here = await use()
+    there = run_in_thread(use)
+    assert here is not there
+    assert len(await store.get_items()) == 2
+    await store.clear_session()
 
 
 # -- memory stays flat -----------------------------------------------------------------------

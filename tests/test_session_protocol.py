@@ -60,6 +60,8 @@ def test_a_stack_over_sqlite_closes_like_sqlite_synchronously(tmp_path):
 
 async def test_a_stack_over_redis_closes_like_redis_asynchronously():
     require_service("Redis", REDIS_URL)
+    from agents.extensions.memory import RedisSession
+
     from memstack.backends import open_backend
 
     store = open_backend(REDIS_URL, "close-test", key_prefix="memstack-close-test")
@@ -67,8 +69,14 @@ async def test_a_stack_over_redis_closes_like_redis_asynchronously():
     closing = stack.close()  # type: ignore[attr-defined]
     assert inspect.isawaitable(closing)
     await closing
+    # Its client is the process's (memstack.resources), as a SQL store's engine is: the
+    # SDK's close() leaves a client it was given open, and memstack.dispose() closes it.
+    assert await store.get_items() == []
+
+    own = RedisSession.from_url("close-test", url=REDIS_URL, key_prefix="memstack-close-test")
+    await build_stack(own, ALL_LAYERS).close()  # type: ignore[attr-defined]
     with pytest.raises(RuntimeError):
-        await store.get_items()
+        await own.get_items()  # a store that owns its client is closed through the stack
 
 
 async def test_every_store_closes_through_every_layer(store: Store):
@@ -84,7 +92,9 @@ async def test_every_store_closes_through_every_layer(store: Store):
             continue
         if inspect.isawaitable(result):
             await result
-        if store.backend != "memory":  # the in-memory double keeps working after close()
+        # The in-memory double keeps working after close(), and so does a Redis store
+        # opened by URL: its client is the process's (closed by memstack.dispose()).
+        if store.backend not in ("memory", "redis"):
             with pytest.raises(RuntimeError, match="closed"):
                 await stack.get_items()
 

@@ -68,10 +68,11 @@ def open_backend(url: str, session_id: str, **options: Any) -> Session:
     SQLAlchemy URLs create their tables unless ``create_tables=False``. Their engine is the
     process's for the URL and ``engine_kwargs`` (``memstack.resources``: one pool per
     event loop, closed by ``memstack.dispose()``), or the ``engine=`` you pass.
-    ``redis://`` accepts ``key_prefix=``. A store that cannot be opened (a SQLite file in a
-    missing folder) raises ``BackendError``.
+    ``redis://`` accepts ``key_prefix=`` and ``ttl=``; its client is the process's for the
+    URL and ``redis_kwargs`` (one per event loop), or the ``redis_client=`` you pass. A
+    store that cannot be opened (a SQLite file in a missing folder) raises ``BackendError``.
     """
-    with store_errors(None, doing=f"opening {_without_password(url)}"):
+    with store_errors(None, doing=f"opening {without_password(url)}"):
         return _open(url, session_id, options)
 
 
@@ -86,7 +87,8 @@ def check_url(url: str) -> None:
         _sqlalchemy_url(url, scheme)
 
 
-def _without_password(url: str) -> str:
+def without_password(url: str) -> str:
+    """``url`` with its password shown as ``***``: for messages and reprs."""
     return re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", url)
 
 
@@ -128,7 +130,12 @@ def _open_redis(url: str, session_id: str, options: dict[str, Any]) -> Session:
     if isinstance(ttl, str | timedelta):
         # The SDK's key expiry is typed int (whole seconds); recipes write it as a duration.
         options["ttl"] = round(seconds_of(parse_duration(ttl) if isinstance(ttl, str) else ttl))
-    return redis_session.from_url(session_id, url=url, **options)
+    # The process's client for the URL, as SQL stores share their engine: the SDK's
+    # from_url would open a client, a pool and a connection per stack.
+    client = options.pop("redis_client", None)
+    if client is None:
+        client = resources.PROCESS.redis(url, options.pop("redis_kwargs", None))
+    return redis_session(session_id, redis_client=client, **options)
 
 
 @functools.lru_cache(maxsize=256)  # parsed and its dialect loaded once per URL, not per request
@@ -143,7 +150,7 @@ def _sqlalchemy_url(url: str, scheme: str) -> str:
     except NoSuchModuleError as exc:
         raise ConfigurationError(f"no backend loads {scheme}:// URLs (known: {_KNOWN})") from exc
     except (ArgumentError, ValueError) as exc:  # unparsable, a port that is not a number
-        raise ConfigurationError(f"{_without_password(url)!r}: {exc}") from exc
+        raise ConfigurationError(f"{without_password(url)!r}: {exc}") from exc
     return url
 
 

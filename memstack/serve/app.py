@@ -139,6 +139,7 @@ def create_app(sessions: Sessions, *, reply: Reply | None = None) -> Starlette:
                 },
                 "engines": shared.engines,
                 "model_clients": shared.model_clients,
+                "redis_clients": shared.redis_clients,
             }
         )
 
