@@ -30,7 +30,7 @@ import hashlib
 import threading
 from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from memstack.cache import clear as clear_cache
 from memstack.loops import PerLoop
@@ -41,6 +41,9 @@ if TYPE_CHECKING:
 
     from memstack.backends.engines import LoopEngine
     from memstack.backends.redis_clients import LoopRedis
+
+K = TypeVar("K", bound=Hashable)
+V = TypeVar("V")
 
 __all__ = [
     "PROCESS",
@@ -110,43 +113,35 @@ class Resources:
         self._clients: dict[Endpoint, PerLoop[AsyncOpenAI]] = {}
         self._lock = threading.Lock()
 
-    def engine(self, url: str, options: Mapping[str, Any] | None = None) -> LoopEngine:
-        """The shared engine for ``url`` (an async SQLAlchemy URL) and these options."""
-        key = (url, options_key(options or {}))
-        found = self._engines.get(key)
+    def _shared(self, registry: dict[K, V], key: K, make: Callable[[], V]) -> V:
+        """``registry[key]``, made once by ``make`` (one dict lookup when it exists)."""
+        found = registry.get(key)
         if found is None:
             with self._lock:
-                found = self._engines.get(key)
+                found = registry.get(key)
                 if found is None:
-                    from memstack.backends.engines import LoopEngine
-
-                    found = self._engines[key] = LoopEngine(url, options or {})
+                    found = registry[key] = make()
         return found
+
+    def engine(self, url: str, options: Mapping[str, Any] | None = None) -> LoopEngine:
+        """The shared engine for ``url`` (an async SQLAlchemy URL) and these options."""
+        from memstack.backends.engines import LoopEngine
+
+        key = (url, options_key(options or {}))
+        return self._shared(self._engines, key, lambda: LoopEngine(url, options or {}))
 
     def redis(self, url: str, options: Mapping[str, Any] | None = None) -> LoopRedis:
         """The shared Redis client for ``url`` and these ``redis.asyncio.from_url`` options."""
-        key = (url, options_key(options or {}))
-        found = self._redis.get(key)
-        if found is None:
-            with self._lock:
-                found = self._redis.get(key)
-                if found is None:
-                    from memstack.backends.redis_clients import LoopRedis
+        from memstack.backends.redis_clients import LoopRedis
 
-                    found = self._redis[key] = LoopRedis(url, options or {})
-        return found
+        key = (url, options_key(options or {}))
+        return self._shared(self._redis, key, lambda: LoopRedis(url, options or {}))
 
     def model_client(self, endpoint: Endpoint) -> PerLoop[AsyncOpenAI]:
         """The shared clients (one per loop) for ``endpoint``."""
-        found = self._clients.get(endpoint)
-        if found is None:
-            with self._lock:
-                found = self._clients.get(endpoint)
-                if found is None:
-                    found = self._clients[endpoint] = PerLoop(
-                        lambda: _new_client(endpoint), _close_client
-                    )
-        return found
+        return self._shared(
+            self._clients, endpoint, lambda: PerLoop(lambda: _new_client(endpoint), _close_client)
+        )
 
     def stats(self) -> Stats:
         engines = sum(len(e.engines) for e in list(self._engines.values()))

@@ -25,6 +25,16 @@ class Counting(PassthroughSession):
         return items
 
 
+def compacting(below: Any) -> CompactionSession:
+    """Summaries past 12 items, down to 4: a trigger that fires on most writes."""
+    return CompactionSession(
+        below,
+        strategy=Summarize(ExtractiveSummarizer(), max_tokens=300),
+        trigger=Items(12, target=4),
+        keep_last_turns=1,
+    )
+
+
 def test_ttl_and_encrypted_capabilities_report_that_counting_reads_everything() -> None:
     store = InMemorySession("s1")
     assert capabilities_of(store).counts_cheaply
@@ -36,13 +46,7 @@ def test_ttl_and_encrypted_capabilities_report_that_counting_reads_everything() 
 
 async def test_a_read_over_ttl_does_not_read_the_whole_history() -> None:
     counting = Counting(InMemorySession("s1"))
-    below = EncryptedSession(TTLSession(counting, ttl=3600), key=generate_key())
-    session = CompactionSession(
-        below,
-        strategy=Summarize(ExtractiveSummarizer(), max_tokens=300),
-        trigger=Items(12, target=4),
-        keep_last_turns=1,
-    )
+    session = compacting(EncryptedSession(TTLSession(counting, ttl=3600), key=generate_key()))
     items = sample_items(2000)
     for start in range(0, len(items), 8):
         await session.add_items(items[start : start + 8])
@@ -61,12 +65,7 @@ async def test_writes_that_compact_read_a_bounded_tail(over: str) -> None:
     below: Any = counting
     if over != "store":
         below = EncryptedSession(TTLSession(counting, ttl=3600), key=generate_key())
-    session = CompactionSession(
-        below,
-        strategy=Summarize(ExtractiveSummarizer(), max_tokens=300),
-        trigger=Items(12, target=4),
-        keep_last_turns=1,
-    )
+    session = compacting(below)
     items = sample_items(1600)
     for start in range(0, 1200, 8):
         await session.add_items(items[start : start + 8])
