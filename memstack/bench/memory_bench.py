@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from memstack.bench.transcripts import DATA_DIR
+from memstack.memory.granularity import SentenceMix
 from memstack.memory.models import Provenance
 from memstack.memory.recall_policy import RecallPolicy
 from memstack.memory.store import MemoryStore
@@ -228,6 +229,8 @@ class Config:
     context: int  # neighbour turns either side stored as searchable, unshown context
     policy: RecallPolicy
     semantic: bool
+    #: Memories of several sentences embedded whole and by sentence (``SentenceMix``).
+    sentences: bool = True
 
     @property
     def label(self) -> str:
@@ -238,7 +241,8 @@ class Config:
             if self.semantic
             else f"words q={p.question_weight:g}"
         )
-        return f"context ±{self.context}, {how}"
+        whole = "" if self.sentences or not self.semantic else ", whole only"
+        return f"context ±{self.context}{whole}, {how}"
 
 
 def _grid(semantic: bool) -> list[Config]:
@@ -259,7 +263,8 @@ def _grid(semantic: bool) -> list[Config]:
     # Issue 23's question weight switched off: left-out keeps it only if the other
     # conversations prefer it.
     policies.append(RecallPolicy(question_weight=1.0))
-    return [Config(c, p, True) for c in (2, 3) for p in policies]
+    # Issue 23's sentence granularity switched off (memories embedded whole, as before).
+    return [Config(c, p, True, s) for s in (True, False) for c in (2, 3) for p in policies]
 
 
 class CachedEmbedder:
@@ -325,24 +330,35 @@ async def _sweep(
     embedder: Embedder | None,
 ) -> list[StrategyScore]:
     """Every configuration over every question: one store per ingestion, one pass per policy."""
-    scores: list[StrategyScore] = []
-    for context in dict.fromkeys(c.context for c in configs):
-        db = scratch / f"memory-{'s' if embedder else 'w'}{context}.db"
+    scores: list[StrategyScore] = [StrategyScore("", "memstack") for _ in configs]
+    for context, mixed in dict.fromkeys((c.context, c.sentences) for c in configs):
+        db = scratch / f"memory-{'s' if embedder else 'w'}{context}{'m' if mixed else ''}.db"
         url = f"sqlite:///{db}"
-        writer = MemoryStore.from_url(url, count_tokens=count, embedder=embedder)
+        model = _granularity(embedder, mixed)
+        writer = MemoryStore.from_url(url, count_tokens=count, embedder=model)
         try:
             await _ingest(writer, conversations, context)
         finally:
             await writer.close()
-        for config in (c for c in configs if c.context == context):
+        for index, config in enumerate(configs):
+            if (config.context, config.sentences) != (context, mixed):
+                continue
             store = MemoryStore.from_url(
-                url, count_tokens=count, embedder=embedder, recall_policy=config.policy
+                url, count_tokens=count, embedder=model, recall_policy=config.policy
             )
             try:
-                scores.append(await _ask(store, conversations, budget, config.label))
+                scores[index] = await _ask(store, conversations, budget, config.label)
             finally:
                 await store.close()
     return scores
+
+
+def _granularity(embedder: Embedder | None, sentences: bool) -> Embedder | None:
+    """``embedder`` embedding memories whole and by sentence, or whole only."""
+    if embedder is None:
+        return None
+    inner = embedder.inner if isinstance(embedder, SentenceMix) else embedder
+    return SentenceMix(inner) if sentences else inner
 
 
 def leave_one_out(
@@ -540,7 +556,9 @@ async def run_memory_bench(
         if semantic:
             named = embedder_named(embedder)
             if named is not None:
-                families.append((f"+ {named.name}", CachedEmbedder(named)))
+                # Cached below the sentence mix, so both granularities share the model's runs.
+                inner = named.inner if isinstance(named, SentenceMix) else named
+                families.append((f"+ {named.name}", SentenceMix(CachedEmbedder(inner))))
         for what, model_embedder in families:
             configs = _grid(model_embedder is not None)
             swept = await _sweep(

@@ -186,7 +186,8 @@ def centroid(blocks: Sequence[Block], ids: Collection[str]) -> Any:
     """The mean unit vector of those of ``ids`` in ``blocks``, or None."""
     found = []
     for block in blocks:
-        rows = [block.ids.index(i) for i in ids if i in block.ids]
+        # Sorted, so the float sum runs in one order whatever order ``ids`` iterate in.
+        rows = sorted(block.ids.index(i) for i in ids if i in block.ids)
         if rows:
             found.append(block.units(np.asarray(rows, dtype=np.intp)))
     if not found:

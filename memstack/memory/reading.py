@@ -36,7 +36,7 @@ from memstack.memory.ranking import precedence, telling
 from memstack.memory.recall_policy import RecallPolicy
 from memstack.memory.rows import memory_from_row
 from memstack.memory.schema import Tables
-from memstack.memory.semantic import SemanticIndex, fuse_scores
+from memstack.memory.semantic import SemanticIndex, fuse_scores, leading
 from memstack.memory.text import query_term_counts
 
 if TYPE_CHECKING:
@@ -213,7 +213,7 @@ def _feedback(
         first = fuse_scores(
             {row.id: float(row.total) for row in by_words}, near, weight=policy.semantic_weight
         )
-        leaders = sorted(first, key=lambda i: -first[i])[: policy.feedback]
+        leaders = leading(first, policy.feedback)
         moved = semantic.second_hop(blocks, query_vector, leaders, policy.feedback_weight)
         if moved is not None:
             near = semantic.nearest(blocks, moved, 2 * limit)

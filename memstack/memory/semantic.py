@@ -44,6 +44,7 @@ __all__ = [
     "delete_vectors",
     "forget_cached",
     "fuse_scores",
+    "leading",
     "reseal_vectors",
     "scope_key",
 ]
@@ -72,10 +73,18 @@ def fuse_scores(
     low = min((cosine for _, cosine in nearest), default=0.0)
     spread = high - low
     meaning = {i: (cosine - low) / spread if spread > 0 else 1.0 for i, cosine in nearest}
+    # In the inputs' order, not a set's: ids are strings, whose set order changes from
+    # one process to the next, and a caller that takes the first of equal scores must
+    # take the same one in every process.
     return {
         i: (1 - weight) * words.get(i, 0.0) + weight * meaning.get(i, 0.0)
-        for i in {*words, *meaning}
+        for i in dict.fromkeys([*words, *meaning])
     }
+
+
+def leading(scores: Mapping[str, float], count: int) -> list[str]:
+    """The ``count`` best-scored ids, equal scores by id: the same in every process."""
+    return sorted(scores, key=lambda i: (-scores[i], i))[:count]
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -223,7 +232,7 @@ class SemanticIndex:
         """
         from memstack.memory.quantized import centroid
 
-        middle = centroid(blocks, set(found))
+        middle = centroid(blocks, found)
         if middle is None:
             return None
         import numpy as np

@@ -119,9 +119,11 @@ class MiniLMEmbedder:
 
 
 def _onnx_minilm() -> Embedder:
+    from memstack.memory.granularity import SentenceMix
     from memstack.memory.minilm import OnnxMiniLMEmbedder  # numpy and onnxruntime load later
 
-    return OnnxMiniLMEmbedder()
+    # A memory of several sentences is embedded whole and by sentence (issue 23).
+    return SentenceMix(OnnxMiniLMEmbedder())
 
 
 #: What a store given no ``embedder`` uses: the int8 ONNX MiniLM installed with memstack.

@@ -93,3 +93,12 @@ def test_the_centroid_of_ids_is_their_mean_unit_vector() -> None:
     middle = centroid([block], {"a", "c", "missing"})
     assert np.allclose(middle, (vectors[0] + vectors[2]) / 2, atol=0.02)
     assert centroid([block], {"missing"}) is None
+
+    # The same bits whatever order the ids come in: the float sum runs in row order
+    # (before, a set's order, so the multi-hop query differed between processes).
+    many = Block.build([f"i{n}" for n in range(12)], _clustered(12, 384))
+    ids = [f"i{n}" for n in range(7)]
+    first = centroid([many], ids).tobytes()
+    for turn in range(1, 7):
+        assert centroid([many], ids[turn:] + ids[:turn]).tobytes() == first
+        assert centroid([many], ids[::-1][turn:] + ids[::-1][:turn]).tobytes() == first

@@ -22,6 +22,7 @@ from memstack.memory.semantic import (
     SemanticIndex,
     forget_cached,
     fuse_scores,
+    leading,
     scope_key,
 )
 from memstack.recipes import load_recipe
@@ -136,6 +137,19 @@ def test_fusion_rewards_agreement_and_keeps_margins() -> None:
     # in words, which rank fusion (1/(60+rank)) would treat as the same one-place gap.
     assert fused["a"] > fused["d"]
     assert fuse_scores({}, [("x", 0.3)]) == {"x": 0.5}  # one hit: no spread to scale by
+
+
+def test_fusion_and_the_feedback_leaders_are_the_same_in_every_process() -> None:
+    # Issue 23: the multi-hop step took its leading memories in a set's order, which
+    # changes with the string hash seed (8 of 2,298 LoCoMo recalls differed between
+    # processes). Twenty ids make matching insertion order by chance all but impossible.
+    ids = [f"m{n:02d}-{n * 7919 % 1000}" for n in range(20)]
+    words = {i: 1.0 for i in ids[:10]}
+    nearest = [(i, 0.5) for i in ids[10:]]
+    assert list(fuse_scores(words, nearest, weight=0.5)) == ids
+    equal = dict.fromkeys(reversed(ids), 0.5)
+    assert leading(equal, 3) == sorted(ids)[:3]
+    assert leading({"b": 0.9, "a": 0.1, "c": 0.9}, 2) == ["b", "c"]
 
 
 class _Short:
