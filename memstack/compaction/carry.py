@@ -27,7 +27,8 @@ comes back for. They are carried after the summary as the call and its masked ou
 (the same placeholder an old answer gets, so the pair stays valid for the API) until the
 user speaks again; the next compaction then summarises them like any other history.
 Answers of the tools in ``beyond_turn`` (a user's profile) stay carried for the whole
-conversation, the newest answer per call only.
+conversation. A call made again (same tool, same arguments) is carried with its newest
+answer only.
 
 Pure: a function of the plan, the uncovered items and the mask. It runs only when a
 compaction writes a record, so what the model sees stays byte-stable in between.
@@ -115,7 +116,11 @@ def _pairs(items: Sequence[Item]) -> list[tuple[dict[str, Any], dict[str, Any]]]
 
 
 def _masked(mask: Mask, call: Item, output: Item) -> dict[str, Any]:
-    return {**output, "output": mask.placeholder(call, output)}
+    """The output as its placeholder, or as it is when that is no shorter."""
+    placeholder = mask.placeholder(call, output)
+    text = output.get("output")
+    size = len(text) if isinstance(text, str) else len(json.dumps(text, default=str))
+    return {**output, "output": placeholder} if len(placeholder) < size else dict(output)
 
 
 def _newest_per_call(

@@ -104,3 +104,14 @@ def test_a_call_made_again_is_carried_with_its_newest_answer_only() -> None:
     ]
     _, carried = carry(plan_for(raw, 7, []), raw, MASK)
     assert [item["call_id"] for item in carried] == ["c2", "c2", "c3", "c3"]
+
+
+def test_a_short_answer_is_carried_as_it_is() -> None:
+    raw = [
+        user("what's in my order?"),
+        {"type": "function_call", "call_id": "c1", "name": "get_order", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "c1", "output": '{"items": []}'},
+        *pair("c2", "cancel", {"ok": True}, id="A1"),
+    ]
+    _, carried = carry(plan_for(raw, 3, []), raw, MASK)
+    assert carried == raw[1:3]
