@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Annotated, Any, Literal, Self
 
-from pydantic import Field, SkipValidation, model_validator
+from pydantic import BeforeValidator, Field, SkipValidation, model_validator
 
 from memstack.compaction.extractive import ExtractiveSummarizer
 from memstack.compaction.masking import Mask
@@ -35,7 +35,7 @@ from memstack.compaction.summarizer import OpenAIChatSummarizer
 from memstack.compaction.triggers import Items, Tokens, Trigger, Turns
 from memstack.durations import parse_durations
 from memstack.errors import ConfigurationError
-from memstack.options import Counter, ModelName, Options, Size
+from memstack.options import Counter, Flag, ModelName, Options, Size
 
 __all__ = ["CompactionOptions", "strategy_from_config", "trigger_from_config"]
 
@@ -186,6 +186,19 @@ def _split_strategy(strategy: object) -> tuple[Mask | None, Compactor | None]:
     return (masks[0] if masks else None), (compactors[0] if compactors else None)
 
 
+def _tool_names(value: object) -> object:
+    if isinstance(value, str) or not isinstance(value, Sequence | frozenset | set):
+        raise ValueError("not a list of tool names")
+    if not all(isinstance(name, str) and name for name in value):
+        raise ValueError("tool names must be non-empty strings")
+    return tuple(value)
+
+
+ToolNames = Annotated[
+    tuple[str, ...], BeforeValidator(_tool_names), Field(description="a list of tool names")
+]
+
+
 class CompactionOptions(Options, layer="CompactionSession"):
     """Checked from ``strategy=``, ``trigger=`` and the rest of the constructor's options."""
 
@@ -197,6 +210,9 @@ class CompactionOptions(Options, layer="CompactionSession"):
         "append"
     )
     on_error: Annotated[Literal["warn", "raise"], Field(description="'warn' or 'raise'")] = "warn"
+    carry_fields: Flag = False
+    carry_beyond_turn: ToolNames = ()
+    cooldown: Size = 0
     counter: Counter = None
     model: ModelName = None
 
@@ -226,6 +242,26 @@ class CompactionOptions(Options, layer="CompactionSession"):
             )
         if self.model is not None and self.counter is not None:
             raise ValueError("pass model or counter, not both")
+        if self.carry_fields and (
+            self.mask is None
+            or not self.mask.keep_fields
+            or not isinstance(self.compactor, Summarize)
+        ):
+            raise ValueError(
+                "carry_fields needs a Mask with keep_fields (what is carried) and Summarize "
+                "(what covers the rest)"
+            )
+        if self.carry_beyond_turn and not self.carry_fields:
+            raise ValueError("carry_beyond_turn needs carry_fields = true")
+        missing = sorted(
+            set(self.carry_beyond_turn) - set(self.mask.keep_fields if self.mask else ())
+        )
+        if missing:
+            raise ValueError(
+                f"carry_beyond_turn names tools without keep_fields in the Mask: {missing}"
+            )
+        if self.cooldown and self.trigger is None:
+            raise ValueError("cooldown needs a trigger (it delays the trigger's compactions)")
         if self.mode == "rewrite" and self.compactor is None:
             raise ValueError("mode='rewrite' needs Summarize or ResponsesCompact")
         trigger, compactor = self.trigger, self.compactor

@@ -14,6 +14,13 @@ kept tail is the last ``keep_last_turns`` user turns, cut further (at unit bound
 only) while it measures more than the trigger's ``target``; the newest unit is always
 kept, and a tool call whose output has not been written yet is never covered.
 
+A cooldown keeps back-to-back compactions apart: in a long agent loop one large tool
+output can lift a freshly compacted view past the limit again at once, and each
+compaction then covers the answer the agent is about to use (and re-bills the prompt
+after the summary). With ``cooldown=N`` a view that has a summary is compacted again
+only once its uncovered history holds ``N`` tool outputs and messages; until then the
+view may exceed the limit (a window layer above still bounds it).
+
 The newest user message is never summarised away: when an agent loop is long enough
 that its own turn is covered, the message that set the task is carried verbatim in the
 record (like system messages), and summarised only once a newer user message exists.
@@ -107,22 +114,30 @@ def decide(
     counter: ItemCounter,
     keep_last_turns: int,
     force: bool,
+    cooldown: int = 0,
 ) -> Estimate | Plan | None:
     """What one read asks of a compaction.
 
     ``masked`` is ``res.raw`` as the model sees it. An ``Estimate`` when the view is within
     the trigger's limit (nothing to do; the measure to carry across later writes), a
     ``Plan`` to carry out, or None when every uncovered unit is kept verbatim. ``force``
-    (``compact()``) skips the measure.
+    (``compact()``) skips the measure. ``cooldown``: past the limit, a view that already
+    has a summary still waits until its uncovered history holds that many tool outputs
+    and messages (module docstring).
     """
     if not force and trigger is not None:
         measure = sum(trigger.weights([*res.head, *masked], counter))
-        if measure <= trigger.limit:
+        if measure <= trigger.limit or (res.record is not None and _fresh(res.raw) < cooldown):
             return Estimate(measure)
     weights = trigger.weights(masked, counter) if trigger is not None else [1] * len(masked)
     target = trigger.target if trigger is not None else None
     stop = choose_stop(res.raw, weights, keep_last_turns=keep_last_turns, target=target)
     return plan_compaction(res, stop)
+
+
+def _fresh(raw: Sequence[Item]) -> int:
+    """Tool outputs and messages among ``raw`` (a call waits for its output)."""
+    return sum(1 for item in raw if is_output(item) or item.get("role") is not None)
 
 
 def plan_compaction(res: Resolution, stop: int) -> Plan | None:

@@ -261,3 +261,24 @@ def test_an_estimate_carries_a_write_only_while_it_decides() -> None:
     assert after_write(Estimate(8), trigger, two, counter) == Estimate(10, writes=1)
     assert after_write(Estimate(9), trigger, two, counter) is None
     assert after_write(Estimate(0, writes=15), trigger, two, counter) is None
+
+
+def test_a_cooldown_holds_a_summarised_view_past_the_limit_for_a_while() -> None:
+    stored = sample_items(16)
+    record = compaction(stored, 8)
+    res = resolve([*stored, record], complete=True)
+    assert isinstance(res, Resolution) and res.record is not None
+    # Uncovered: 2 user messages, 2 replies, 2 outputs (the calls wait for their output).
+    assert [item.get("role", item.get("type")) for item in res.raw].count("function_call") == 2
+    kwargs: dict[str, Any] = {"counter": TokenCounter(), "keep_last_turns": 1, "force": False}
+    trigger = Items(4, target=2)  # the view (summary + 8 items) is past it
+    held = decide(res, res.raw, trigger=trigger, cooldown=7, **kwargs)
+    assert held == Estimate(9)  # over the limit: the next write measures in full again
+    assert isinstance(decide(res, res.raw, trigger=trigger, cooldown=6, **kwargs), Plan)
+    # Without a summary in force there is nothing to cool down from.
+    first = resolve(stored, complete=True)
+    assert isinstance(first, Resolution)
+    assert isinstance(decide(first, first.raw, trigger=trigger, cooldown=99, **kwargs), Plan)
+    assert isinstance(
+        decide(res, res.raw, trigger=trigger, cooldown=99, **{**kwargs, "force": True}), Plan
+    )

@@ -4,6 +4,7 @@ concurrent writers, rewrite mode, TTL lifetimes, options."""
 from __future__ import annotations
 
 import asyncio
+import json
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -47,6 +48,9 @@ from ..conftest import BACKENDS, Store, runner_conversation
 from ..fake_openai_server import CHAT, COMPACT, FakeOpenAI, Garbage, Hang, Status
 
 KEY = generate_key()
+
+
+FIELDS = Mask(default_template="[answered earlier]", keep_fields={"get_order": ["items"]})
 
 
 def summarize(max_tokens: int = 300) -> Summarize:
@@ -516,6 +520,19 @@ async def test_the_recommended_stack_dates_summaries_through_encryption() -> Non
         ({"strategy": summarize(), "on_error": "ignore"}, "on_error"),
         ({"strategy": summarize(), "counter": object()}, "counter"),
         ({"strategy": summarize(2000), "trigger": Tokens(3000, target=1500)}, "max_tokens"),
+        ({"strategy": [Mask(), summarize()], "carry_fields": True}, "carry_fields needs"),
+        ({"strategy": [FIELDS, summarize()], "carry_fields": 1}, "carry_fields"),
+        ({"strategy": [FIELDS, summarize()], "carry_beyond_turn": ["get_order"]}, "needs carry"),
+        (
+            {"strategy": [FIELDS, summarize()], "carry_fields": True, "carry_beyond_turn": ["x"]},
+            "without keep_fields",
+        ),
+        (
+            {"strategy": [FIELDS, summarize()], "carry_fields": True, "carry_beyond_turn": "x"},
+            "carry_beyond_turn",
+        ),
+        ({"strategy": summarize(), "cooldown": 2}, "cooldown needs a trigger"),
+        ({"strategy": summarize(), "trigger": Items(10), "cooldown": -1}, "cooldown"),
     ],
 )
 def test_options_are_validated(options: dict[str, Any], field: str) -> None:
@@ -559,6 +576,47 @@ def test_stack_builder_and_repr_show_the_configuration() -> None:
         strategy=ResponsesCompact(model="gpt-4.1", client=object()),  # type: ignore[arg-type]
     )
     assert "ResponsesCompact(model='gpt-4.1')" in repr(responses)
+
+
+def order_lookup(n: int) -> list[dict[str, Any]]:
+    answer = {"items": [f"item-{n}"], "address": "Storgata 1, Oslo " * 20}
+    return [
+        {"type": "function_call", "call_id": f"o{n}", "name": "get_order",
+         "arguments": f'{{"id": "A{n}"}}'},
+        {"type": "function_call_output", "call_id": f"o{n}", "output": json.dumps(answer)},
+    ]  # fmt: skip
+
+
+async def test_carried_key_fields_stand_after_the_summary_until_the_user_speaks() -> None:
+    session = CompactionSession(
+        InMemorySession("s"),
+        strategy=[FIELDS, summarize()],
+        trigger=Items(6, target=2),
+        carry_fields=True,
+        cooldown=2,
+    )
+    assert "carry_fields=True, cooldown=2" in repr(session)
+    await session.add_items([{"role": "user", "content": "check orders 1 to 6"}])
+    for n in range(1, 7):  # one agent loop: the Runner writes each call with its output
+        await session.add_items(order_lookup(n))
+        view = await session.get_items()
+        assert history_problems(view) == [] and await session.get_items() == view
+    records = [parse_record(i) for i in await session.inner.get_items() if is_record(i)]
+    assert len(records) >= 2  # compactions inside the loop, each after the cooldown
+    carried = [i for i in view if i.get("type") == "function_call_output" and "Kept" in i["output"]]
+    assert [i["call_id"] for i in carried] == [f"o{n}" for n in range(1, len(carried) + 1)]
+    assert carried and carried[0]["output"] == (
+        '[answered earlier] Kept from it, verbatim:\n"items": ["item-1"]'
+    )
+    summary = next(i for i, item in enumerate(view) if item.get("role") == "developer")
+    assert view[0]["role"] == "user" and summary < view.index(carried[0])
+    # The user speaks: the next compaction summarises what was carried.
+    await session.add_items([{"role": "assistant", "content": "All checked."}])
+    await session.add_items([{"role": "user", "content": "thanks"}, *order_lookup(7)])
+    await session.add_items([{"role": "assistant", "content": "Anything else?"}])
+    view = await session.get_items()
+    assert history_problems(view) == []
+    assert not any("Kept" in str(item.get("output", "")) for item in view)
 
 
 async def test_users_cannot_write_records() -> None:

@@ -45,6 +45,7 @@ from memstack.backends.adapters import capabilities_of
 from memstack.backends.capabilities import Tail
 from memstack.backends.translate import store_errors
 from memstack.base import SessionLayer
+from memstack.compaction.carry import carry
 from memstack.compaction.config import CompactionOptions
 from memstack.compaction.masking import Mask
 from memstack.compaction.plan import Plan, anchors_after, decide
@@ -108,6 +109,9 @@ class CompactionSession(SessionLayer):
         keep_last_turns: int = 1,
         mode: Literal["append", "rewrite"] = "append",
         on_error: Literal["warn", "raise"] = "warn",
+        carry_fields: bool = False,
+        carry_beyond_turn: Sequence[str] = (),
+        cooldown: int = 0,
         counter: ItemCounter | None = None,
         model: str | None = None,
     ) -> None:
@@ -118,6 +122,9 @@ class CompactionSession(SessionLayer):
             keep_last_turns=keep_last_turns,
             mode=mode,
             on_error=on_error,
+            carry_fields=carry_fields,
+            carry_beyond_turn=carry_beyond_turn,
+            cooldown=cooldown,
             counter=counter,
             model=model,
         )
@@ -127,6 +134,9 @@ class CompactionSession(SessionLayer):
         self.keep_last_turns = options.keep_last_turns
         self.mode: Literal["append", "rewrite"] = options.mode
         self.on_error: Literal["warn", "raise"] = options.on_error
+        self.carry_fields = options.carry_fields
+        self.carry_beyond_turn = options.carry_beyond_turn
+        self.cooldown = options.cooldown
         self.counter: ItemCounter = (
             options.counter if options.counter is not None else default_counter(options.model)
         )
@@ -345,6 +355,7 @@ class CompactionSession(SessionLayer):
             counter=self.counter,
             keep_last_turns=self.keep_last_turns,
             force=force,
+            cooldown=self.cooldown,
         )
         # Carried across later writes only when measured afresh; a compaction changes the view.
         cache.put(self._measured, step if isinstance(step, Estimate) else None, weight=64)
@@ -354,7 +365,12 @@ class CompactionSession(SessionLayer):
                 logger.debug("nothing to compact: every uncovered unit is kept verbatim")
             return None
         kept = masked[step.stop :]  # what the model will still see verbatim after the summary
-        summary = await self.compactor.compact(step.previous, step.covered, kept=kept)
+        carried: list[Item] = []
+        if self.carry_fields and self.mask is not None:
+            step, carried = carry(step, res.raw, self.mask, beyond_turn=self.carry_beyond_turn)
+        # The summary skips what the model still sees: the tail and the carried fields.
+        summary = await self.compactor.compact(step.previous, step.covered, kept=[*carried, *kept])
+        summary = [*summary, *carried]
         if rewrite:  # the adapter below dates the record by the oldest item it replaces
             record = await self._replace(res, step, summary)
         else:
@@ -412,4 +428,10 @@ class CompactionSession(SessionLayer):
         options["keep_last_turns"] = self.keep_last_turns
         if self.mode != "append":
             options["mode"] = self.mode
+        if self.carry_fields:
+            options["carry_fields"] = True
+        if self.carry_beyond_turn:
+            options["carry_beyond_turn"] = list(self.carry_beyond_turn)
+        if self.cooldown:
+            options["cooldown"] = self.cooldown
         return options
