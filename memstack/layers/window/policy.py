@@ -26,7 +26,7 @@ from typing import Any, Literal
 from memstack.history import cut_points, is_output, is_pinned, is_user_message, pair_key
 from memstack.tokens import ItemCounter, counts, item_digest
 
-__all__ = ["Align", "Budget", "Tail"]
+__all__ = ["Align", "Budget", "Tail", "fits_whole"]
 
 Item = Mapping[str, Any]
 Align = Literal["turn", "unit"]
@@ -71,6 +71,25 @@ def _first_safe_start(items: Sequence[Item]) -> int:
         elif key not in calls:
             first = index + 1
     return first
+
+
+def fits_whole(
+    n: int, count: Callable[[int], int] | None, budget: Budget, low: Budget | None
+) -> bool:
+    """Whether a whole history of ``n`` items is its own window, told without its shape.
+
+    ``Tail.plan``'s first answer (start at 0), for budgets that do not count turns: the
+    pinned items and the task a start at 0 keeps are inside the view, so only the items
+    and tokens of all of it matter. False: ask ``Tail.plan``.
+    """
+    limit = low or budget
+    if limit.turns is not None or (low is not None and n > _MAX_ANCHOR_LOOKBACK):
+        return False
+    if limit.items is not None and n > limit.items:
+        return False
+    if limit.tokens is not None:
+        return count is not None and sum(map(count, range(n))) <= limit.tokens
+    return True
 
 
 class Suffix:
