@@ -93,6 +93,7 @@ logger = logging.getLogger("memstack.ttl")
 _CONTEXT = 4  # stored records a write reads first: the newest one, and any unit left open
 _WHOLE_FIRST = 256  # records a read of the whole history asks for first
 _FIRST, _SECOND = operator.itemgetter(0), operator.itemgetter(1)
+_ANCHOR = operator.attrgetter("anchor")
 _STAMP_WEIGHT = 128  # a Stamp (a tuple of six) beyond the two-tuple and key a kept row holds
 
 Seconds = float | int | timedelta
@@ -213,7 +214,7 @@ class TTLSession(SessionLayer):
         if not known or known[0] is incremental.MISSING:
             return None
         items = stored.items
-        for index, found in enumerate(known):
+        for index, found in enumerate(known if incremental.MISSING in known else ()):
             if found is incremental.MISSING:
                 key = keys[index]
                 try:  # a record ``resolve`` would not reach (behind a dead one) may be
@@ -236,6 +237,7 @@ class TTLSession(SessionLayer):
         """
         now = self.clock()
         live = self._live_keyed(below, now)  # every record stamped: nothing to adopt
+        stamped = live is not None
         if live is None:
             if self._adopting and any(map(unstamped, below.items)):
                 return await self._adopt_on_sight(now)
@@ -258,7 +260,8 @@ class TTLSession(SessionLayer):
             keys = [known[i][1] for i in shown]
         return Tail(
             list(map(_FIRST, stamps)),
-            list(map(known_time, stamps)),
+            # Where every record is stamped, each one's time is its anchor (``known_time``).
+            list(map(_ANCHOR if stamped else known_time, stamps)),
             keys,
             snapshot.complete,
             # A view that ends at a dead record needed that record, and nothing before it.
