@@ -124,6 +124,7 @@ class Tail:
         counter: ItemCounter | None,
         keys: Sequence[bytes | None] = (),
         session_id: str | None = None,
+        count: Callable[[int], int] | None = None,
     ) -> None:
         self.items = items
         self.keys = keys if len(keys) == len(items) else [None] * len(items)
@@ -145,9 +146,9 @@ class Tail:
         self.plain = list(accumulate((not flag for flag in pinned), initial=0))
         # Lowest index a plan looked at: how much of the tail the answer needed.
         self.reach = n
-        self.count = (
-            None if counter is None else counts(counter, items, self.keys, session_id=session_id)
-        )
+        if count is None and counter is not None:  # ``count``: the read's own, if it made one
+            count = counts(counter, items, self.keys, session_id=session_id)
+        self.count = count
         if self.count is not None:
             self.tokens = Suffix(self.count, n)
             self.pinned_tokens = [0]

@@ -136,7 +136,8 @@ class SlidingWindowSession(SessionLayer):
         items = below.items
         if not below.complete and not self.trim and len(items) < self.pinned_lookback:
             return Need.MORE  # a pinned item within the lookback may lie beyond this tail
-        if below.complete and fits_whole(len(items), self._count(below), self.budget, self.low):
+        count = self._count(below)
+        if below.complete and fits_whole(len(items), count, self.budget, self.low):
             # All of it is the window (``WindowTail.plan`` would start at 0): no cut to find.
             return Tail(list(items), list(below.written_at), list(below.keys), True, below.reach)
         tail = WindowTail(
@@ -147,6 +148,7 @@ class SlidingWindowSession(SessionLayer):
             counter=self.counter,
             keys=below.keys,
             session_id=self.session_id,
+            count=count,
         )
         start = tail.plan(self.budget, self.low, anchored=not self.trim)
         if start is None or (self.trim and not below.complete):
