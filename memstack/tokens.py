@@ -249,24 +249,6 @@ class TokenCounter:
         cache.put(slot, count, weight=16)
         return count
 
-    def upper_bounds(self, items: Iterable[Mapping[str, Any]]) -> int | None:
-        """At least ``count_items(items)``, without tokenising; None for media items.
-
-        A token stands for at least one byte of text, and an item's ASCII JSON holds every
-        text it counts in at least as many bytes as UTF-8 does; media parts count
-        ``media_tokens`` whatever their size, so an item that may hold one is not bounded.
-        """
-        total = 0
-        for item in items:
-            try:
-                text = json.dumps(item)
-            except (TypeError, ValueError):
-                return None
-            if any(kind in text for kind in _MEDIA):
-                return None
-            total += self.item_overhead + len(text)
-        return total
-
     def _count_uncached(self, item: Mapping[str, Any]) -> int:
         return self.item_overhead + self._count_value(item)
 

@@ -20,7 +20,7 @@ from typing import Any, ClassVar, Protocol, runtime_checkable
 
 from memstack.errors import ConfigurationError
 from memstack.history import cut_points, is_user_message
-from memstack.tokens import ItemCounter, TokenCounter
+from memstack.tokens import ItemCounter
 
 __all__ = ["Estimate", "Items", "Tokens", "Trigger", "Turns", "after_write"]
 
@@ -134,11 +134,5 @@ def after_write(
     """
     if estimate is None:
         return None
-    if isinstance(trigger, Tokens) and isinstance(counter, TokenCounter):
-        # Most writes are far from the limit: a bound on their tokens, a tenth of the cost
-        # of counting them, decides those (the next read measures the view exactly).
-        bound = counter.upper_bounds(items)
-        if bound is not None and (carried := estimate.plus(bound)).decides(limit=trigger.limit):
-            return carried
     carried = estimate.plus(sum(trigger.weights(items, counter)))
     return carried if carried.decides(limit=trigger.limit) else None
