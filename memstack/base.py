@@ -33,11 +33,14 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypeVar, cast
 from agents.memory import Session, SessionSettings, is_openai_responses_compaction_aware_session
 from agents.memory.session_settings import resolve_session_limit
 
+import memstack.incremental as incremental
 from memstack.backends.adapters import capabilities_of
 from memstack.backends.capabilities import Tail, forward_wrapper
 from memstack.backends.translate import store_errors
 from memstack.errors import ConfigurationError
 from memstack.history import (
+    Fact,
+    item_fact,
     newest_valid,
     reading_as_stored,
     stored_history,
@@ -69,6 +72,8 @@ __all__ = [
 
 T = TypeVar("T")
 Item = dict[str, Any]
+
+_FACT_WEIGHT = 120  # a kept fact: a tuple of four and its pair key's tuple
 
 # Session method -> the class flag saying a layer class does it its own way.
 _OWN_WAY = {
@@ -191,7 +196,8 @@ class SessionLayer:
             shown = tail.items if limit is None else tail.items[len(tail.items) - limit :]
             return fresh(shown if limit is None or limit > 0 else [])
         if limit is None:
-            return fresh(valid_view((await read_view(self, want=None, wrapper=wrapper)).items))
+            tail = await read_view(self, want=None, wrapper=wrapper)
+            return fresh(valid_view(tail.items, _view_facts(tail, self.session_id)))
         want = max(limit, 1)  # a limit of 0 still asks the store: a broken one says so
         while True:
             tail = await read_view(self, want=want, wrapper=wrapper)
@@ -366,6 +372,20 @@ class SessionLayer:
 
     def __repr__(self) -> str:
         return " → ".join(describe(session) for session in reversed(list(iter_chain(self))))
+
+
+def _view_facts(tail: Tail, session_id: str) -> list[Fact]:
+    """The ``item_fact`` of each item of a view, as this session's last view kept them
+    by content key (``memstack.incremental``): only new items are classified."""
+    slot = ("view facts", session_id)
+    known = incremental.previous(slot, tail.keys)
+    if incremental.MISSING in known:
+        items = tail.items
+        for index, found in enumerate(known):
+            if found is incremental.MISSING:
+                known[index] = item_fact(items[index])
+    incremental.keep(slot, tail.keys, known, shared=True, weight=_FACT_WEIGHT * len(known))
+    return known
 
 
 def chain_below(session: Session, *, own: bool = False) -> tuple[list[SessionLayer], Session]:

@@ -33,17 +33,21 @@ from memstack.errors import ItemValidationError, StoredItemError
 
 __all__ = [
     "CALL_TO_OUTPUT",
+    "Fact",
     "Span",
     "cut_points",
+    "cuts_of",
     "history_problems",
     "is_pinned",
     "is_user_message",
+    "item_fact",
     "newest_valid",
     "pair_key",
     "split_turns",
     "split_units",
     "stored_history",
     "stored_items",
+    "user_turn_starts",
     "valid_view",
     "validate_items",
 ]
@@ -133,30 +137,47 @@ class Span:
         return self.stop - self.start
 
 
+# What the shape of a history needs of one item: its type ("message" for role-only
+# dicts), its call/output pair key (``pair_key``), whether that key is an output's, and
+# whether it is a user message. A pure function of the item, so a read that keeps its
+# rows' facts (``memstack.incremental``) classifies only the rows it has not seen.
+Fact = tuple[str, "tuple[str, str] | None", bool, bool]
+
+
+def item_fact(item: Item) -> Fact:
+    """``(type, pair key, is an output, is a user message)`` of one item."""
+    kind = item.get("type")
+    if not isinstance(kind, str):
+        return ("message", None, False, item.get("role") == "user")
+    pairing = _PAIRING.get(kind)
+    if pairing is None:
+        return (kind, None, False, kind == "message" and item.get("role") == "user")
+    return (kind, _pair_ident(item, pairing), pairing[1], False)
+
+
 def cut_points(items: Sequence[Item]) -> list[bool]:
     """``ok[i]`` tells whether history may be cut just before item ``i`` (``0 <= i <= n``).
 
     A cut is forbidden inside a call/output pair (including parallel calls whose outputs
     interleave) and right after a reasoning item, which belongs to what follows it.
     """
-    n = len(items)
+    return cuts_of([item_fact(item) for item in items])
+
+
+def cuts_of(facts: Sequence[Fact]) -> list[bool]:
+    """``cut_points`` of the items whose ``item_fact``s these are."""
+    n = len(facts)
     # Each output belongs to the most recent call with its id, so an id reused far apart
     # makes two small units, not one that spans everything between them.
     latest_call: dict[tuple[str, str], int] = {}
     delta = [0] * (n + 2)  # depth[i] > 0 means some pair spans the boundary before item i
     after_reasoning: list[int] = []
-    for index, item in enumerate(items):  # every read runs this: one lookup per item
-        kind = item.get("type")
-        if not isinstance(kind, str):
+    for index, (kind, key, output, _) in enumerate(facts):  # every read runs this
+        if key is None:
+            if kind == "reasoning":
+                after_reasoning.append(index + 1)
             continue
-        if kind == "reasoning":
-            after_reasoning.append(index + 1)
-            continue
-        pairing = _PAIRING.get(kind)
-        key = None if pairing is None else _pair_ident(item, pairing)
-        if pairing is None or key is None:
-            continue
-        if not pairing[1]:  # a call
+        if not output:  # a call
             latest_call[key] = index
         elif (start := latest_call.get(key)) is not None and index > start:
             delta[start + 1] += 1
@@ -171,6 +192,12 @@ def cut_points(items: Sequence[Item]) -> list[bool]:
         if i < n:
             ok[i] = False
     return ok
+
+
+def user_turn_starts(facts: Sequence[Fact]) -> list[int]:
+    """Where each user turn of ``split_turns`` that begins with a user message starts."""
+    ok = cuts_of(facts)
+    return [i for i, fact in enumerate(facts) if fact[3] and ok[i]]
 
 
 def _spans(boundaries: Iterable[int], n: int) -> list[Span]:
@@ -201,20 +228,20 @@ def _problems(items: Sequence[Item], *, whole: bool = True) -> list[tuple[int, s
     Not ``whole`` (the newest items of a longer history): an output whose call is not among
     them may answer one before them, so it is reported with index ``-1 - index``, undecided.
     """
+    return _fact_problems([item_fact(item) for item in items], whole=whole)
+
+
+def _fact_problems(facts: Sequence[Fact], *, whole: bool = True) -> list[tuple[int, str]]:
+    """``_problems`` of the items whose ``item_fact``s these are."""
     problems: list[tuple[int, str]] = []
     open_calls: dict[tuple[str, str], int] = {}
     seen_calls: set[tuple[str, str]] = set()
-    for index, item in enumerate(items):  # every read runs this: one lookup per item
-        kind = item.get("type")
-        if not isinstance(kind, str):
-            kind = "message"
-        pairing = _PAIRING.get(kind)
-        if pairing is not None:
-            key = _pair_ident(item, pairing)
+    for index, (kind, key, output, user) in enumerate(facts):  # every read runs this
+        if kind in _PAIRING:
             if key is None:
-                if pairing[1]:
+                if output:
                     problems.append((index, f"item {index}: {kind} without a call id"))
-            elif not pairing[1]:  # a call
+            elif not output:  # a call
                 open_calls[key] = index
                 seen_calls.add(key)
             else:
@@ -223,10 +250,10 @@ def _problems(items: Sequence[Item], *, whole: bool = True) -> list[tuple[int, s
                     problems.append((where, f"item {index}: {kind} {key[1]!r} has no earlier call"))
                 open_calls.pop(key, None)
         elif kind == "reasoning":
-            follower = items[index + 1] if index + 1 < len(items) else None
-            if follower is not None and (is_user_message(follower) or is_output(follower)):
+            follower = facts[index + 1] if index + 1 < len(facts) else None
+            if follower is not None and (follower[3] or follower[2]):
                 problems.append((index, f"item {index}: reasoning not followed by a model item"))
-        elif kind == "message" and item.get("role") == "user":
+        elif user:
             for (family, ident), at in open_calls.items():
                 problems.append((at, f"item {at}: {family} {ident!r} has no output"))
             open_calls.clear()
@@ -264,18 +291,21 @@ def reading_as_stored() -> bool:
     return _as_stored.get()
 
 
-def valid_view(items: Sequence[T]) -> list[T]:
+def valid_view(items: Sequence[T], facts: Sequence[Fact] | None = None) -> list[T]:
     """``items`` without what would make the API reject them (see ``history_problems``).
 
     The one guard every stack applies to what it returns, whatever its layer order: a
     call expired or unreadable below encryption must not leave its output orphaned.
     Dropping an item can expose another (reasoning before a dropped call), so it repeats.
+    ``facts``: the items' ``item_fact``s, where the caller kept them.
     """
     view = list(items)
-    while problems := _problems(view):
+    facts = [item_fact(item) for item in view] if facts is None else list(facts)
+    while problems := _fact_problems(facts):
         doomed = {index for index, _ in problems}
         logger.debug("view repaired, left out: %s", "; ".join(r for _, r in problems))
         view = [item for index, item in enumerate(view) if index not in doomed]
+        facts = [fact for index, fact in enumerate(facts) if index not in doomed]
     return view
 
 

@@ -50,6 +50,7 @@ __all__ = [
     "default_counter",
     "encoding_for_model",
     "item_digest",
+    "total",
 ]
 
 DEFAULT_ENCODING = "o200k_base"
@@ -134,11 +135,7 @@ def counts(
     tokens = counter.count_keyed
     if session_id is None:
         return lambda index: tokens(items[index], keys[index])
-    slot = ("view counts", *counter.way, session_id)
-    known = incremental.previous(slot, keys)
-    # Kept now and filled in as the read counts (lazily, from the newest item back):
-    # each count is the pure function of its key that any reader would find.
-    incremental.keep(slot, keys, known, shared=True)
+    known = _kept_counts(counter, keys, session_id)
 
     def count(index: int) -> int:
         found = known[index]
@@ -147,6 +144,34 @@ def counts(
         return found  # type: ignore[no-any-return]
 
     return count
+
+
+def total(
+    counter: ItemCounter,
+    items: Sequence[Mapping[str, Any]],
+    keys: Sequence[bytes | None],
+    *,
+    session_id: str | None = None,
+) -> int:
+    """Tokens of all ``items``: ``counts``' sum, added at C speed where the counts are kept."""
+    if type(counter) is not TokenCounter or session_id is None:
+        return sum(map(counts(counter, items, keys, session_id=session_id), range(len(items))))
+    known = _kept_counts(counter, keys, session_id)
+    if incremental.MISSING in known:
+        for index, found in enumerate(known):
+            if found is incremental.MISSING:
+                known[index] = counter.count_keyed(items[index], keys[index])
+    return sum(known)
+
+
+def _kept_counts(counter: TokenCounter, keys: Sequence[bytes | None], session_id: str) -> list[Any]:
+    """This session's last read's counts lined up with ``keys`` (``MISSING`` where new)."""
+    slot = ("view counts", *counter.way, session_id)
+    known = incremental.previous(slot, keys)
+    # Kept now and filled in as the read counts (lazily, from the newest item back):
+    # each count is the pure function of its key that any reader would find.
+    incremental.keep(slot, keys, known, shared=True)
+    return known
 
 
 class TokenCounter:

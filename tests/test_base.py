@@ -9,12 +9,15 @@ from agents.memory import SessionSettings, SQLiteSession
 from memstack import (
     BackendError,
     ConfigurationError,
+    LayerSpec,
     PassthroughSession,
     SessionLayer,
+    build_stack,
     find,
     iter_chain,
     open_backend,
 )
+from memstack.base import fresh
 from memstack.testing import InMemorySession
 
 from .sessions import PlainSession
@@ -187,3 +190,41 @@ async def test_a_read_through_a_layer_of_your_own_is_not_taken_for_the_whole_his
     tail = await read_view(above, want=4, wrapper=None)
     assert not tail.complete or len(tail.items) == 9
     assert await above.get_items() == [*older, call, output, *newest]
+
+
+async def test_what_a_read_returns_is_the_callers_own_to_change():
+    # Two equal items share one cached object below the top (one content key); the
+    # caller gets independent copies, nested values too, and the next read is unchanged.
+    stack = build_stack(
+        InMemorySession("s"),
+        [LayerSpec("ttl", {"ttl": 3600}), LayerSpec("window", {"max_turns": 5})],
+    )
+    message = {"role": "user", "content": [{"type": "input_text", "text": "hi"}]}
+    await stack.add_items([message, {"role": "assistant", "content": "ok"}, dict(message)])
+    first = await stack.get_items()
+    assert first[0] == first[2] and first[0] is not first[2]
+    assert first[0]["content"] is not first[2]["content"]
+    first[0]["content"][0]["text"] = "changed"
+    first[0]["content"].append({"type": "input_text", "text": "more"})
+    first[1]["role"] = "user"
+    assert first[2]["content"] == message["content"]
+    assert await stack.get_items() == [message, {"role": "assistant", "content": "ok"}, message]
+
+
+def test_fresh_copies_never_alias_what_the_originals_share():
+    shared = [{"type": "input_text", "text": "x"}]
+    items = [{"role": "user", "content": shared}, {"role": "user", "content": shared}]
+    copies = fresh(items)
+    assert copies == items
+    assert copies[0]["content"] is not copies[1]["content"] is not shared
+    assert copies[0]["content"][0] is not copies[1]["content"][0]
+
+
+def test_fresh_copies_what_marshal_cannot_write_deeply():
+    class Note(dict):  # type: ignore[type-arg]
+        pass
+
+    items = [Note(role="user", content=[{"text": "x"}]), {"role": "user", "content": {1.5, 2}}]
+    copies = fresh(items)
+    assert copies == items and type(copies[0]) is Note
+    assert copies[0]["content"] is not items[0]["content"]

@@ -67,6 +67,13 @@ def _newest_statement(name: str, schema: str | None) -> Select[tuple[Any, Any]]:
     )
 
 
+@functools.lru_cache(maxsize=256)
+def _newest_limited(name: str, schema: str | None, window: int) -> Select[tuple[Any, Any]]:
+    """``_newest_statement`` limited to ``window`` rows, built once: SQLAlchemy memoises a
+    statement's cache key on the statement, so a new one costs a key each execution."""
+    return _newest_statement(name, schema).limit(window)
+
+
 class SQLAlchemyCapabilities(sql.PlanCapabilities):
     """Adapter for ``agents.extensions.memory.SQLAlchemySession``."""
 
@@ -115,7 +122,7 @@ class SQLAlchemyCapabilities(sql.PlanCapabilities):
         if type(store)._deserialize_item is not _SDK_DESERIALIZE or n <= 0:
             return await super().read_newest(n, wrapper=wrapper)
         messages = store._messages
-        newest = _newest_statement(messages.name, messages.schema)
+        name, schema = messages.name, messages.schema
         params = {"session_id": store.session_id}
         place = (str(store.engine.url), messages.name)  # a str: hashed once, not per row
         with store_errors(store):
@@ -123,7 +130,9 @@ class SQLAlchemyCapabilities(sql.PlanCapabilities):
             async with store._session() as sess:
 
                 async def fetch(window: int) -> Sequence[Any]:
-                    rows: Sequence[Any] = (await sess.execute(newest.limit(window), params)).all()
+                    rows: Sequence[Any] = (
+                        await sess.execute(_newest_limited(name, schema, window), params)
+                    ).all()
                     return rows
 
                 return await newest_rows(fetch, n, store=place, session_id=store.session_id)
@@ -146,7 +155,7 @@ class SQLAlchemyCapabilities(sql.PlanCapabilities):
             await super().append_after(compose, first=first, wrapper=wrapper)
             return
         messages = store._messages
-        newest = _newest_statement(messages.name, messages.schema)
+        name, schema = messages.name, messages.schema
         params = {"session_id": store.session_id}
         place = (str(store.engine.url), messages.name)
 
@@ -155,7 +164,9 @@ class SQLAlchemyCapabilities(sql.PlanCapabilities):
                 await store._lock_session(sess, create=True)
 
                 async def fetch(window: int) -> Sequence[Any]:
-                    rows: Sequence[Any] = (await sess.execute(newest.limit(window), params)).all()
+                    rows: Sequence[Any] = (
+                        await sess.execute(_newest_limited(name, schema, window), params)
+                    ).all()
                     return rows
 
                 def read(n: int) -> Awaitable[Tail]:

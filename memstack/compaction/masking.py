@@ -51,11 +51,19 @@ import memstack.cache as cache
 import memstack.compaction.excerpts as excerpts
 import memstack.compaction.json_parts as json_parts
 import memstack.compaction.replies as replies
+import memstack.incremental as incremental
 from memstack.compaction.render import message_text
 from memstack.compaction.salient import occurs, salient_tokens
 from memstack.content_keys import derived_key, key_of, keyed_by
 from memstack.errors import ConfigurationError
-from memstack.history import is_user_message, item_type, pair_key, split_turns
+from memstack.history import (
+    Fact,
+    is_user_message,
+    item_fact,
+    item_type,
+    split_turns,
+    user_turn_starts,
+)
 
 __all__ = ["DEFAULT_TEMPLATE", "Mask"]
 
@@ -64,6 +72,8 @@ Item = Mapping[str, Any]
 DEFAULT_TEMPLATE = "[Output of {tool}({args}) omitted to save context; call it again if needed]"
 # Output items whose ``output`` may be replaced by a string and stay a valid input item.
 _MASKABLE = frozenset({"function_call_output", "custom_tool_call_output"})
+MISSED: Any = incremental.MISSING
+_ROW_WEIGHT = 160  # a row's list, its fact tuple and its pair key (beyond incremental's own)
 _FIELD = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 
@@ -189,51 +199,91 @@ class Mask:
         return self.apply_keyed(items, [None] * len(items))[0]
 
     def apply_keyed(
-        self, items: Sequence[Item], keys: Sequence[bytes | None]
+        self,
+        items: Sequence[Item],
+        keys: Sequence[bytes | None],
+        *,
+        session_id: str | None = None,
     ) -> tuple[list[Any], list[bytes | None]]:
         """``apply``, with the items' content keys (None where unknown) in and out.
 
         A placeholder is a pure function of the output, its call and these options, so it
-        is kept in the process cache under their keys; a masked item's key follows.
+        is kept in the process cache under their keys; a masked item's key follows. With
+        ``session_id``, each row's facts and masked form, as this session's last read
+        found them, line up with these keys first (``memstack.incremental``): only new
+        rows are classified, and an old output is masked again only if its call changed.
         """
+        slot = ("mask rows", *self._way, session_id)
+        rows = incremental.previous(slot, keys) if session_id is not None else [MISSED] * len(keys)
+        if MISSED in rows:
+            for index, row in enumerate(rows):
+                if row is MISSED:
+                    rows[index] = [item_fact(items[index]), None]
+        facts = [row[0] for row in rows]
         calls: dict[tuple[str, str], int] = {}
         outputs: list[int] = []
-        for index, item in enumerate(items):
-            key = pair_key(item)
+        for index, (kind, key, _, _) in enumerate(facts):
             if key is None:
                 continue
-            if item_type(item) in _MASKABLE:
+            if kind in _MASKABLE:
                 outputs.append(index)
             else:
                 calls[key] = index
         result, result_keys = list(items), list(keys)
+        weight = _ROW_WEIGHT * len(rows)
         if outputs:
-            self._mask_outputs(items, keys, calls, outputs, result, result_keys)
+            weight += self._mask_outputs(
+                items, keys, facts, rows, calls, outputs, result, result_keys
+            )
         if self.trim_replies:  # after masking: ``trim_restated`` reads the masked view
             self._trim_replies(items, keys, result, result_keys)
+        if session_id is not None:
+            incremental.keep(slot, keys, rows, shared=True, weight=weight)
         return result, result_keys
 
     def _mask_outputs(
         self,
         items: Sequence[Item],
         keys: Sequence[bytes | None],
+        facts: Sequence[Fact],
+        rows: Sequence[list[Any]],
         calls: Mapping[tuple[str, str], int],
         outputs: list[int],
         result: list[Any],
         result_keys: list[bytes | None],
-    ) -> None:
-        """Old outputs replaced by their placeholders in ``result`` (in place)."""
-        boundary = self._protected_from(items, outputs)
+    ) -> int:
+        """Old outputs replaced by their placeholders in ``result`` (in place); what the
+        masked items hold of their own (a row keeps them for the next read).
+
+        ``rows[i][1]``: ``(call key, used, masked)`` as the last read found it for the
+        output at ``i``; reused only for the same call and the same ``used``.
+        """
+        weight = 0
+        boundary = self._protected_from(facts, outputs)
         older = [index for index in outputs if index < boundary]
-        for position, index in enumerate(older[: self._stepped(items, older)]):
-            item = items[index]
-            key = pair_key(item)
+        for position, index in enumerate(older[: self._stepped(facts, older)]):
+            key = facts[index][1]
             call = calls.get(key) if key is not None else None
             if call is not None:
                 used = self._used_after(items, outputs, position, index) if self.excerpt else ()
-                masked = self._masked(item, keys[index], items[call], keys[call], used)
+                call_key = keys[call]
+                known = rows[index][1]
+                if (
+                    known is not None
+                    and call_key is not None
+                    and known[0] == call_key
+                    and known[1] == used
+                ):
+                    masked = known[2]
+                else:
+                    masked = self._masked(items[index], keys[index], items[call], call_key, used)
+                    if call_key is not None and keys[index] is not None:
+                        rows[index][1] = (call_key, used, masked)
                 if masked is not None:
                     result[index], result_keys[index] = masked
+                    # A small dict and its placeholder; its other values are the output's.
+                    weight += 2 * len(masked[0]["output"]) + 256
+        return weight
 
     def _trim_replies(
         self,
@@ -296,7 +346,7 @@ class Mask:
             end = max(end, turn)
         return tuple(excerpts.used_names(items[index + 1 : end]))
 
-    def _stepped(self, items: Sequence[Item], older: list[int]) -> int:
+    def _stepped(self, facts: Sequence[Fact], older: list[int]) -> int:
         """How many of the ``older`` outputs to mask: up to the newest step boundary.
 
         A boundary is an output whose call id hashes to 0 modulo ``step`` (one output in
@@ -307,21 +357,21 @@ class Mask:
         if self.step == 1:
             return len(older)
         for position in range(len(older) - 1, -1, -1):
-            key = pair_key(items[older[position]])
+            key = facts[older[position]][1]
             ident = key[1] if key is not None else ""
             digest = hashlib.blake2b(ident.encode(), digest_size=8).digest()
             if int.from_bytes(digest, "big") % self.step == 0:
                 return position + 1
         return 0
 
-    def _protected_from(self, items: Sequence[Item], outputs: list[int]) -> int:
+    def _protected_from(self, facts: Sequence[Fact], outputs: list[int]) -> int:
         """Index from which every output is protected."""
-        boundary = len(items)
+        boundary = len(facts)
         if self.keep_last_turns:
-            user_turns = [s for s in split_turns(items) if is_user_message(items[s.start])]
+            user_turns = user_turn_starts(facts)
             if len(user_turns) < self.keep_last_turns:
                 return 0
-            boundary = user_turns[-self.keep_last_turns].start
+            boundary = user_turns[-self.keep_last_turns]
         if self.keep_last_outputs:
             if len(outputs) <= self.keep_last_outputs:
                 return 0

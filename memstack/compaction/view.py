@@ -17,11 +17,13 @@ from __future__ import annotations
 
 import enum
 import logging
+import operator
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, overload
 
 from memstack.compaction.records import (
+    RECORD_TYPE,
     Anchors,
     Record,
     RecordFormatError,
@@ -34,6 +36,7 @@ from memstack.compaction.records import (
 __all__ = ["Need", "Resolution", "resolve"]
 
 logger = logging.getLogger("memstack.compaction")
+_TYPE = operator.methodcaller("get", "type")
 
 Item = dict[str, Any]
 
@@ -129,9 +132,13 @@ def resolve(
     ``keys``: the entries' content keys, where the read knows them (hashes are cached).
     """
     hashes = LazyHashes(window, keys)
-    for r in range(len(window) - 1, -1, -1):
-        if hashes.is_item(r):
-            continue
+    # Where the records are, found once (the type of every entry, fetched at C speed):
+    # most reads hold none or a few, and every other entry is an item.
+    kinds = list(map(_TYPE, window))
+    records = (
+        [i for i, kind in enumerate(kinds) if kind == RECORD_TYPE] if RECORD_TYPE in kinds else []
+    )
+    for r in reversed(records):
         try:
             record = parse_record(window[r])
         except RecordFormatError as exc:
@@ -139,8 +146,8 @@ def resolve(
             logger.warning("ignoring stored compaction record: %s", exc)
             continue
         if record.anchors is None:
-            return _resolution(window, hashes, record, r, r, reach=r)
-        found = _locate(hashes, r, record.anchors, complete)
+            return _resolution(window, hashes, record, r, r, records, reach=r)
+        found = _locate(hashes, r, record.anchors, complete, records)
         if isinstance(found, Need):
             return found
         if found is None:
@@ -160,19 +167,22 @@ def resolve(
             return Need.SIZE
         if present:
             reach = start if start >= 0 else found
-            return _resolution(window, hashes, record, r, found, reach=reach)
+            return _resolution(window, hashes, record, r, found, records, reach=reach)
     if not complete:
         return Need.MORE
-    return _resolution(window, hashes, None, -1, -1, reach=0)
+    return _resolution(window, hashes, None, -1, -1, records, reach=0)
 
 
-def _locate(hashes: LazyHashes, r: int, anchors: Anchors, complete: bool) -> int | Need | None:
+def _locate(
+    hashes: LazyHashes, r: int, anchors: Anchors, complete: bool, records: Sequence[int]
+) -> int | Need | None:
     """Window index of the record's last covered item, or None when it is gone.
 
     The anchor is exactly ``after`` items before the record (older records between them
     do not count): a popped, replaced or expired item there means the record is void.
+    ``records``: the window indices of every record.
     """
-    before = [i for i in range(r) if hashes.is_item(i)]
+    before = _items_between(0, r, records)
     if len(before) <= anchors.after:
         return None if complete else Need.MORE
     p = before[-(anchors.after + 1)]
@@ -188,8 +198,17 @@ def _resolution(
     record: Record | None,
     record_index: int,
     anchor_index: int,
+    records: Sequence[int],
     *,
     reach: int,
 ) -> Resolution:
-    raw = tuple(i for i in range(anchor_index + 1, len(window)) if hashes.is_item(i))
+    raw = tuple(_items_between(anchor_index + 1, len(window), records))
     return Resolution(window, hashes, record, record_index, anchor_index, raw, reach)
+
+
+def _items_between(start: int, stop: int, records: Sequence[int]) -> list[int]:
+    """The indices in ``range(start, stop)`` of entries that are items (not ``records``)."""
+    if not records:
+        return list(range(start, stop))
+    skip = set(records)
+    return [i for i in range(start, stop) if i not in skip]

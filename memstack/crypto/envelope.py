@@ -42,6 +42,7 @@ import binascii
 import hashlib
 import json
 import marshal
+import operator
 import os
 import zlib
 from collections.abc import Mapping, Sequence
@@ -63,6 +64,8 @@ __all__ = ["FORMAT", "MARKER", "ZDICT", "SessionCipher", "is_envelope"]
 FORMAT = 1
 MARKER = "menc"
 _FIELDS = frozenset({MARKER, "kid", "ct"})
+# A kept result of ``open_keyed``: (item, its content key, bytes it holds).
+_FIRST, _SECOND, _THIRD = (operator.itemgetter(i) for i in range(3))
 _LABEL = b"memstack/encrypted/1"
 _NONCE = 12
 _TAG = 16
@@ -308,7 +311,11 @@ class SessionCipher:
         keys: dict[str, _SessionKey] = {}
         if used and not self._same_keys(used, keys):
             results = [incremental.MISSING] * len(results)
-        missing = [i for i, result in enumerate(results) if result is incremental.MISSING]
+        missing = (
+            [i for i, result in enumerate(results) if result is incremental.MISSING]
+            if incremental.MISSING in results
+            else []
+        )
         if not all(is_envelope(envelopes[i]) for i in missing):
             return None
         whole = None not in content_keys  # this read can be kept whole (and weighed once)
@@ -317,7 +324,7 @@ class SessionCipher:
             key = content_keys[index]
             results[index] = (item, None if key is None else derived_key(key, tag), weight)
         fingerprints = {kid: known.fingerprint for kid, known in keys.items()}
-        weight = sum(result[2] for result in results)
+        weight = sum(map(_THIRD, results))
         if whole and weight <= cache.max_bytes() // 8:  # one entry holds them, weighs them
             incremental.keep(slot, content_keys, results, fingerprints, weight=weight)
         elif whole:  # too big to be kept whole: kept item by item, as ``open_all`` keeps them
@@ -326,7 +333,7 @@ class SessionCipher:
                 kid, text = envelope["kid"], envelope["ct"]
                 opened = results[index][0], results[index][2]
                 cache.put(_slot(keys[kid], kid, text), opened, weight=opened[1])
-        return [result[0] for result in results], [result[1] for result in results]
+        return list(map(_FIRST, results)), list(map(_SECOND, results))
 
     def _same_keys(self, used: dict[str, bytes], keys: dict[str, _SessionKey]) -> bool:
         """Whether each key id in ``used`` still has the key of that fingerprint; the keys

@@ -396,3 +396,43 @@ def test_a_keyed_read_decides_each_old_output_once_and_by_options_and_content() 
     changed_keys = list(keys)
     changed_keys[3] = content_key(changed[3])
     assert outputs_of(mask.apply_keyed(changed, changed_keys)[0])[0] == "tiny"
+
+
+def test_kept_rows_mask_as_a_fresh_read_does_as_the_history_grows():
+    # Each read keeps its rows' facts and masked outputs (``session_id``); reads that
+    # append, move on, reuse a call id for another call, or rewrite a row must mask
+    # exactly as a read that keeps nothing.
+    import hashlib
+
+    from memstack import cache
+
+    def key(item: dict[str, Any]) -> bytes:
+        return hashlib.blake2b(json.dumps(item, sort_keys=True).encode(), digest_size=16).digest()
+
+    items: list[dict[str, Any]] = []
+    for n in range(12):
+        items += [
+            user(f"step {n}"),
+            call(f"c{n % 5}", "read_file", path=f"{n}.py"),
+            output(f"c{n % 5}"),
+        ]
+        if n % 3 == 2:
+            items.append({"type": "reasoning", "id": f"r{n}", "summary": []})
+            items.append({"role": "assistant", "content": f"done {n}"})
+    cache.clear()
+    for mask in (
+        Mask(keep_last_turns=1, keep_last_outputs=2),
+        Mask(keep_last_turns=0, keep_last_outputs=1, step=3),
+    ):
+        views = [items[:end] for end in range(1, len(items) + 1)]
+        views += [
+            items[5:],
+            items[9:],
+            items[9:-2],
+            [output("c1", "other text " * 200), *items[3:]],
+        ]
+        for view in views:
+            keys = [key(item) for item in view]
+            kept = mask.apply_keyed(view, keys, session_id="s1")
+            assert kept == mask.apply_keyed(view, keys), len(view)
+            assert kept[0] == mask.apply(view)

@@ -828,3 +828,49 @@ async def test_a_ttl_layer_below_encryption_hands_its_own_callers_fresh_items(
     assert (await ttl.storage_capabilities().read_tail(4)).items == expected
     # A second handle over the same layers opens what the store holds, not what was altered.
     assert await EncryptedSession(ttl, key=key).get_items() == sample_items(4)
+
+
+def test_the_live_path_answers_as_resolve_or_not_at_all() -> None:
+    # ``Expiry.resolve_live`` (a warm read's C-speed path) must equal ``resolve`` whenever
+    # it answers: across expiry by age, idleness, older generations, derived records and
+    # unstamped items, whole reads and tails.
+    from memstack.layers.ttl.policy import Expiry
+    from memstack.layers.ttl.record import read_record, write_record
+
+    def records(gens: list[int]) -> list[Any]:
+        out: list[Any] = []
+        for i, g in enumerate(gens):
+            item = (
+                {"type": "function_call_output", "call_id": f"c{i}", "output": "x"}
+                if i % 4 == 0
+                else {"role": "user", "content": f"m{i}"}
+            )
+            out.append(write_record(item, written=10.0 * i, generation=g, derived=i % 7 == 3))
+        out.insert(2, {"role": "user", "content": "written before the layer"})
+        return out
+
+    answered = 0
+    for expiry in (Expiry(ttl=100.0, idle_ttl=None), Expiry(ttl=None, idle_ttl=30.0)):
+        for history in (records([0] * 12), records([0] * 5 + [1] * 7), records([1] * 12)):
+            for tail in (history, history[3:], [v for v in history if "t" in v]):
+                stamps = [read_record(v) for v in tail]
+                for now in (0.0, 105.0, 120.0, 135.0, 500.0):
+                    for whole in (True, False):
+                        live = expiry.resolve_live(list(tail), stamps, now, whole=whole)
+                        if live is not None:
+                            answered += 1
+                            slow = expiry.resolve(list(tail), now, whole=whole, read=read_record)
+                            assert live == slow
+    assert answered > 10
+
+
+async def test_a_warm_read_still_hides_what_expired_since() -> None:
+    clock = FakeClock()
+    stack = TTLSession(InMemorySession(sid()), ttl=100, clock=clock)
+    await stack.add_items(sample_items(8))
+    clock.tick(60)
+    await stack.add_items(sample_items(4))
+    assert len(await stack.get_items()) == 12
+    assert len(await stack.get_items()) == 12  # warm: every row seen
+    clock.tick(50)  # the first eight are now 110 s old
+    assert await stack.get_items() == sample_items(4)

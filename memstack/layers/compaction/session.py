@@ -64,7 +64,7 @@ from memstack.errors import (
 )
 from memstack.history import stored_items
 from memstack.pipeline import Need
-from memstack.tokens import ItemCounter, counts, default_counter
+from memstack.tokens import ItemCounter, counts, default_counter, total
 
 if TYPE_CHECKING:
     from agents.memory import Session
@@ -208,7 +208,10 @@ class CompactionSession(SessionLayer):
         if res is None:
             return Need.MORE
         tail = self._view(res, below)
-        if self.trigger is not None:
+        if isinstance(self.trigger, Tokens):
+            measure = total(self.counter, tail.items, tail.keys, session_id=self.session_id)
+            cache.put(self._measured, Estimate(measure), weight=64)
+        elif self.trigger is not None:
             measure = sum(self._weights(tail))
             cache.put(self._measured, Estimate(measure), weight=64)
         return tail
@@ -238,7 +241,7 @@ class CompactionSession(SessionLayer):
         ]
         raw, raw_keys = res.raw, [below.keys[i] for i in res.raw_indices]
         if self.mask is not None:
-            raw, raw_keys = self.mask.apply_keyed(raw, raw_keys)
+            raw, raw_keys = self.mask.apply_keyed(raw, raw_keys, session_id=self.session_id)
         return Tail(
             [*head, *raw],
             [None] * len(head) + [below.written_at[i] for i in res.raw_indices],

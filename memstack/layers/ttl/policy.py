@@ -15,6 +15,7 @@ capability adapter (``capabilities``) asks the same ones, so the two never disag
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -67,6 +68,11 @@ class Snapshot:
         """The newest stored value before the first one shown, or None: purge through it."""
         first = self.visible[0] if self.visible else len(self.stored)
         return self.stored[first - 1] if self.complete and first else None
+
+
+_STAMPED = operator.attrgetter("stamped")
+_GENERATION = operator.attrgetter("generation")
+_ANCHOR = operator.attrgetter("anchor")
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,6 +144,31 @@ class Expiry:
             while visible and is_output(stamps[visible[0] - start].item):
                 visible.pop(0)
         return Snapshot(stored, start, stamps, visible, generation, now, complete)
+
+    def resolve_live(
+        self, stored: list[Any], stamps: Sequence[Stamp], now: float, *, whole: bool
+    ) -> Snapshot | None:
+        """``resolve``'s answer when ``stamps`` (of every record of ``stored``) are all
+        stamped, of the newest generation and within ``ttl``, and the history is not idle:
+        nothing is dead, so the view is all of it. None otherwise (ask ``resolve``).
+
+        Three passes at C speed over the stamps, where ``resolve`` asks per record.
+        """
+        if not stamps or len(stamps) != len(stored) or self.idle(stamps[-1], now):
+            return None
+        if not all(map(_STAMPED, stamps)):
+            return None
+        generation = stamps[-1].generation
+        if min(map(_GENERATION, stamps)) < generation:
+            return None
+        if self.ttl is not None and min(map(_ANCHOR, stamps)) + self.ttl <= now:
+            return None
+        first = 0
+        if whole:  # as ``resolve``: outputs heading a whole view lost their call
+            while first < len(stamps) and is_output(stamps[first].item):
+                first += 1
+        visible = list(range(first, len(stamps)))
+        return Snapshot(stored, 0, list(stamps), visible, generation, now, whole)
 
     def next_generation(self, tail: Sequence[Stamp], now: float) -> int:
         """The generation a write after ``tail`` (the newest stored records) belongs to."""

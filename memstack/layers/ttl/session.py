@@ -41,6 +41,7 @@ This file only wires: ``policy`` decides (pure), ``purge`` deletes, ``adoption``
 from __future__ import annotations
 
 import logging
+import operator
 import time
 from collections.abc import Callable, Sequence
 from datetime import timedelta
@@ -91,6 +92,8 @@ logger = logging.getLogger("memstack.ttl")
 
 _CONTEXT = 4  # stored records a write reads first: the newest one, and any unit left open
 _WHOLE_FIRST = 256  # records a read of the whole history asks for first
+_FIRST, _SECOND = operator.itemgetter(0), operator.itemgetter(1)
+_ANCHOR = operator.attrgetter("anchor")
 _STAMP_WEIGHT = 128  # a Stamp (a tuple of six) beyond the two-tuple and key a kept row holds
 
 Seconds = float | int | timedelta
@@ -201,6 +204,30 @@ class TTLSession(SessionLayer):
         return snapshot, known
 
     # -- the layer protocol -----------------------------------------------------------------
+    def _live_keyed(self, stored: Tail, now: float) -> tuple[Snapshot, list[Any]] | None:
+        """``_resolve_keyed``'s answer where nothing is dead (``Expiry.resolve_live``);
+        None otherwise. Tried on a read whose oldest row the last read saw (a warm one):
+        the stamps it lacks are only the new rows'."""
+        keys = stored.keys
+        slot = ("ttl stamps", self.session_id)
+        known = incremental.previous(slot, keys)
+        if not known or known[0] is incremental.MISSING:
+            return None
+        items = stored.items
+        for index, found in enumerate(known if incremental.MISSING in known else ()):
+            if found is incremental.MISSING:
+                key = keys[index]
+                try:  # a record ``resolve`` would not reach (behind a dead one) may be
+                    stamp = self.read(items[index])  # of a format it never reads
+                except UnknownRecord:
+                    return None
+                known[index] = (stamp, None if key is None else derived_key(key, b"ttl record"))
+        stamps = list(map(_FIRST, known))
+        snapshot = self.expiry.resolve_live(list(items), stamps, now, whole=stored.complete)
+        incremental.keep(slot, keys, known, weight=_STAMP_WEIGHT * len(keys))
+        return None if snapshot is None else (snapshot, known)
+
+    # -- the layer protocol -----------------------------------------------------------------
     async def shape(self, below: Tail, wrapper: RunContextWrapper[Any] | None) -> Tail | Need:
         """The live items of ``below``, with when each one's expiry counts from.
 
@@ -208,9 +235,14 @@ class TTLSession(SessionLayer):
         again. Of an incomplete tail only what is decided shows: outputs at its head may
         belong to a call before it that is dead.
         """
-        if self._adopting and any(map(unstamped, below.items)):
-            return await self._adopt_on_sight(self.clock())
-        snapshot, known = self._resolve_keyed(below, self.clock())
+        now = self.clock()
+        live = self._live_keyed(below, now)  # every record stamped: nothing to adopt
+        stamped = live is not None
+        if live is None:
+            if self._adopting and any(map(unstamped, below.items)):
+                return await self._adopt_on_sight(now)
+            live = self._resolve_keyed(below, now)
+        snapshot, known = live
         shown = snapshot.visible
         if not snapshot.complete:
             first = next(
@@ -218,11 +250,19 @@ class TTLSession(SessionLayer):
                 len(shown),
             )
             shown = shown[first:]
-        stamps = [snapshot.stamp(index) for index in shown]
+        if shown and shown[0] + len(shown) == len(snapshot.stored) == shown[-1] + 1:
+            # The newest records, all shown (what a read of a live history finds): sliced
+            # and mapped at C speed.
+            stamps = snapshot.stamps[shown[0] - snapshot.start :]
+            keys = list(map(_SECOND, known[shown[0] :]))
+        else:
+            stamps = [snapshot.stamp(index) for index in shown]
+            keys = [known[i][1] for i in shown]
         return Tail(
-            [stamp.item for stamp in stamps],
-            [known_time(stamp) for stamp in stamps],
-            [known[i][1] for i in shown],
+            list(map(_FIRST, stamps)),
+            # Where every record is stamped, each one's time is its anchor (``known_time``).
+            list(map(_ANCHOR if stamped else known_time, stamps)),
+            keys,
             snapshot.complete,
             # A view that ends at a dead record needed that record, and nothing before it.
             below.reach_from(snapshot.start - 1) if snapshot.start else below.reach,

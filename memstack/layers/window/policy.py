@@ -26,7 +26,7 @@ from typing import Any, Literal
 from memstack.history import cut_points, is_output, is_pinned, is_user_message, pair_key
 from memstack.tokens import ItemCounter, counts, item_digest
 
-__all__ = ["Align", "Budget", "Tail"]
+__all__ = ["Align", "Budget", "Tail", "fits_whole"]
 
 Item = Mapping[str, Any]
 Align = Literal["turn", "unit"]
@@ -73,6 +73,25 @@ def _first_safe_start(items: Sequence[Item]) -> int:
     return first
 
 
+def fits_whole(
+    n: int, count: Callable[[int], int] | None, budget: Budget, low: Budget | None
+) -> bool:
+    """Whether a whole history of ``n`` items is its own window, told without its shape.
+
+    ``Tail.plan``'s first answer (start at 0), for budgets that do not count turns: the
+    pinned items and the task a start at 0 keeps are inside the view, so only the items
+    and tokens of all of it matter. False: ask ``Tail.plan``.
+    """
+    limit = low or budget
+    if limit.turns is not None or (low is not None and n > _MAX_ANCHOR_LOOKBACK):
+        return False
+    if limit.items is not None and n > limit.items:
+        return False
+    if limit.tokens is not None:
+        return count is not None and sum(map(count, range(n))) <= limit.tokens
+    return True
+
+
 class Suffix:
     """Weights of ``items[s:]``, computed lazily from the newest item backwards."""
 
@@ -105,6 +124,7 @@ class Tail:
         counter: ItemCounter | None,
         keys: Sequence[bytes | None] = (),
         session_id: str | None = None,
+        count: Callable[[int], int] | None = None,
     ) -> None:
         self.items = items
         self.keys = keys if len(keys) == len(items) else [None] * len(items)
@@ -126,9 +146,9 @@ class Tail:
         self.plain = list(accumulate((not flag for flag in pinned), initial=0))
         # Lowest index a plan looked at: how much of the tail the answer needed.
         self.reach = n
-        self.count = (
-            None if counter is None else counts(counter, items, self.keys, session_id=session_id)
-        )
+        if count is None and counter is not None:  # ``count``: the read's own, if it made one
+            count = counts(counter, items, self.keys, session_id=session_id)
+        self.count = count
         if self.count is not None:
             self.tokens = Suffix(self.count, n)
             self.pinned_tokens = [0]

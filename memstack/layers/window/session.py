@@ -19,7 +19,7 @@ and the caveats of hysteresis and pinned items, are in README ("Sliding window")
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Annotated, Any, Self
 
 from pydantic import Field, model_validator
@@ -29,7 +29,7 @@ from memstack.backends.capabilities import Tail
 from memstack.base import SessionLayer
 from memstack.errors import CapabilityError
 from memstack.history import is_pinned
-from memstack.layers.window.policy import Align, Budget
+from memstack.layers.window.policy import Align, Budget, fits_whole
 from memstack.layers.window.policy import Tail as WindowTail
 from memstack.options import (
     Counter,
@@ -42,7 +42,7 @@ from memstack.options import (
     shared,
 )
 from memstack.pipeline import Need
-from memstack.tokens import ItemCounter, TokenCounter, default_counter
+from memstack.tokens import ItemCounter, TokenCounter, counts, default_counter
 
 if TYPE_CHECKING:
     from agents.memory import Session
@@ -136,6 +136,10 @@ class SlidingWindowSession(SessionLayer):
         items = below.items
         if not below.complete and not self.trim and len(items) < self.pinned_lookback:
             return Need.MORE  # a pinned item within the lookback may lie beyond this tail
+        count = self._count(below)
+        if below.complete and fits_whole(len(items), count, self.budget, self.low):
+            # All of it is the window (``WindowTail.plan`` would start at 0): no cut to find.
+            return Tail(list(items), list(below.written_at), list(below.keys), True, below.reach)
         tail = WindowTail(
             items,
             complete=below.complete,
@@ -144,6 +148,7 @@ class SlidingWindowSession(SessionLayer):
             counter=self.counter,
             keys=below.keys,
             session_id=self.session_id,
+            count=count,
         )
         start = tail.plan(self.budget, self.low, anchored=not self.trim)
         if start is None or (self.trim and not below.complete):
@@ -151,6 +156,11 @@ class SlidingWindowSession(SessionLayer):
         if self.trim and start > 0:
             await self._trim(items, start, tail.task(start, len(items)))
         return below.picked(tail.shown(start), complete=True, reach=below.reach_from(tail.reach))
+
+    def _count(self, below: Tail) -> Callable[[int], int] | None:
+        if self.counter is None:
+            return None
+        return counts(self.counter, below.items, below.keys, session_id=self.session_id)
 
     def filter_model_input(self, items: Sequence[Item]) -> list[Item]:
         """This window over a list of items (a model call's input inside one run).
