@@ -44,6 +44,7 @@ __all__ = [
     "delete_vectors",
     "forget_cached",
     "fuse_scores",
+    "load_numpy",
     "reseal_vectors",
     "scope_key",
 ]
@@ -170,11 +171,12 @@ class SemanticIndex:
 
     async def embed(self, texts: Sequence[str]) -> list[list[float]]:
         """Embeddings off the event loop: a model is CPU work."""
-        # numpy loads here first: a search reads vectors while the model embeds, and numpy
-        # imported by two threads at once fails half-initialised.
-        import memstack.memory.quantized  # noqa: F401
+        load_numpy()
+        return await asyncio.to_thread(self.embed_here, texts)
 
-        vectors = await asyncio.to_thread(self.embedder.embed, list(texts))
+    def embed_here(self, texts: Sequence[str]) -> list[list[float]]:
+        """Embeddings on the calling thread (a worker's: see ``embed``), checked."""
+        vectors = self.embedder.embed(list(texts))
         if len(vectors) != len(texts):
             raise ConfigurationError(
                 f"embedder {self.embedder.name!r} returned {len(vectors)} vectors for "
@@ -347,6 +349,13 @@ class SemanticIndex:
             (seq, memory_id, decode(_open(self.cipher, scope, stored)))
             for seq, memory_id, stored in rows
         ]
+
+
+def load_numpy() -> None:
+    """Import numpy on the event loop's thread before a worker embeds: a search reads
+    vectors while the model embeds, and numpy imported by two threads at once fails
+    half-initialised."""
+    import memstack.memory.quantized  # noqa: F401
 
 
 def _mixed(exc: ValueError) -> ConfigurationError:
