@@ -96,7 +96,7 @@ async def search(
     # embedding and the first search (~6 + ~4 ms) run beside the full-text query, with one
     # hand-off to the worker and one back.
     blocks_read: concurrent.futures.Future[Sequence[Block]] = concurrent.futures.Future()
-    first: asyncio.Future[tuple[Any, list[tuple[str, float]]]] | None = None
+    first: asyncio.Future[tuple[Any, list[tuple[str, float]] | None]] | None = None
     if semantic is not None:
         load_numpy()
         first = asyncio.ensure_future(
@@ -148,8 +148,12 @@ async def search(
                         weigh(row)
                 await asyncio.wait([first])  # a failure is raised below, as the model's
                 if first.exception() is None:
-                    query_vector, near = first.result()
-                    near = _feedback(semantic, blocks, query_vector, near, by_words, limit, policy)
+                    query_vector, found = first.result()
+                    if found is None:  # embedded before the vectors were read
+                        found = await asyncio.to_thread(
+                            _nearest, semantic, blocks, query_vector, 2 * limit, policy
+                        )
+                    near = _feedback(semantic, blocks, query_vector, found, by_words, limit, policy)
                     near_ids = [memory_id for memory_id, _ in near]
                     by_meaning = await _live_rows(
                         conn, parts.index.queries, scope, near_ids, by_words, now
@@ -157,7 +161,7 @@ async def search(
         if first is not None:
             first.result()
     finally:
-        blocks_read.cancel()  # a worker still waiting for the vectors stops
+        blocks_read.cancel()  # set, or the search failed before the vectors were read
         if first is not None and not first.cancel() and not first.cancelled():
             first.exception()  # retrieved: a database failure is the one reported
     rows = {row.id: row for row in [*by_words, *by_meaning]}  # no id in both
@@ -204,12 +208,28 @@ def _first_hop(
     blocks_read: concurrent.futures.Future[Sequence[Block]],
     hits: int,
     policy: RecallPolicy,
-) -> tuple[Any, list[tuple[str, float]]]:
-    """On a worker thread: the query's vector, then its ``hits`` nearest above the
-    policy's floor once the loop has read the vectors (numpy lets go of the GIL)."""
+) -> tuple[Any, list[tuple[str, float]] | None]:
+    """On a worker thread: the query's vector, and its ``hits`` nearest above the policy's
+    floor if the loop has read the vectors by then (else None: the loop searches after).
+
+    It never waits for the loop: a worker blocked on a search that ended would hold the
+    executor's thread, and the interpreter's exit, for good."""
     [query_vector] = semantic.embed_here([query])
-    near = semantic.nearest(blocks_read.result(), query_vector, hits)
-    return query_vector, [(i, cosine) for i, cosine in near if cosine >= policy.min_similarity]
+    if not blocks_read.done():
+        return query_vector, None
+    return query_vector, _nearest(semantic, blocks_read.result(), query_vector, hits, policy)
+
+
+def _nearest(
+    semantic: SemanticIndex,
+    blocks: Sequence[Block],
+    query_vector: Any,
+    hits: int,
+    policy: RecallPolicy,
+) -> list[tuple[str, float]]:
+    """The ``hits`` nearest memories above the policy's floor (numpy lets go of the GIL)."""
+    near = semantic.nearest(blocks, query_vector, hits)
+    return [(i, cosine) for i, cosine in near if cosine >= policy.min_similarity]
 
 
 def _feedback(
