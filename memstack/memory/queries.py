@@ -10,12 +10,12 @@ Recall runs on every turn, so its two statements skip the expression builder: th
 portable SQL (SQLite, PostgreSQL, MariaDB) with bound parameters, cached per term count.
 ``ranked`` reads each term's best postings in impact order, sums them per memory, keeps
 the best ``:limit`` and joins them to their live rows, in one round trip; ``live_by_ids``
-reads the live rows of the memories found by meaning. Postings of
-equal impact at a term's cut are taken by memory id, highest first: the order the
-``(scope, term, impact, memory_id)`` index holds them in (``memstack.memory.schema``),
-so a database with or without that index, on any backend, keeps the same ones. ``live`` is the
-same liveness condition as an expression, for the queries built with SQLAlchemy: the two
-sit side by side so they change together.
+reads the live rows of the memories found by meaning. Postings of equal impact at a
+term's cut are taken by memory id, highest first: the order the ``(scope, term, impact,
+memory_id)`` index holds them in (``memstack.memory.schema``), so a database with or
+without that index, on any backend, keeps the same ones. ``live`` is the same liveness
+condition as an expression, for the queries built with SQLAlchemy: the two sit side by
+side so they change together.
 """
 
 from __future__ import annotations

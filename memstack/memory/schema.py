@@ -9,9 +9,10 @@
 ``memories`` holds one row per memory: the fields precedence and filtering read stay in
 columns; text, key name, structured data and provenance sit in ``payload`` (sealed when
 the store has a key). ``terms`` is the search index: one row per (scope, term digest,
-memory) with the term's BM25 impact, indexed in impact order (``ranked_index``: tables
-made before it had ``ix_…_terms_impact`` instead, and get it when next opened). ``events`` is the
-audit trail; it never holds memory text. ``meta`` records the schema version.
+memory) with the term's BM25 impact, indexed in impact order (``ranked_index``; tables
+made before it had ``ix_…_terms_impact`` instead, and get it when next opened).
+``events`` is the audit trail; it never holds memory text. ``meta`` records the schema
+version.
 """
 
 from __future__ import annotations
