@@ -22,7 +22,7 @@ from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager, suppress
 from typing import Any
 
-from sqlalchemy import event, insert, select, text
+from sqlalchemy import Connection, Index, MetaData, event, insert, select, text
 from sqlalchemy.exc import ArgumentError, DBAPIError, IntegrityError, ProgrammingError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 from sqlalchemy.pool import StaticPool
@@ -32,7 +32,7 @@ from memstack.backends.engines import configure_engine, in_memory_sqlite
 from memstack.backends.translate import store_errors
 from memstack.errors import ConfigurationError, DecryptionError
 from memstack.memory.cipher import PLAIN_KID, MemoryCipher
-from memstack.memory.schema import SCHEMA_VERSION, Tables
+from memstack.memory.schema import SCHEMA_VERSION, Tables, ranked_index
 
 __all__ = [
     "check_keys",
@@ -137,12 +137,25 @@ async def prepare(engine: AsyncEngine, tables: Tables, *, create_tables: bool) -
                 async with engine.begin() as conn, _creation_lock(conn, tables):
                     if create_tables:
                         await conn.run_sync(tables.metadata.create_all)
+                        await conn.run_sync(_index_terms, tables)
                     await _check_version(conn, tables)
                 return
             except DBAPIError as exc:
                 if attempt == _ATTEMPTS - 1 or not _lost_race(exc):
                     raise
                 await asyncio.sleep(random.uniform(0.01, 0.05) * (attempt + 1))
+
+
+def _index_terms(conn: Connection, tables: Tables) -> None:
+    """Give terms tables made before ``ranked_index`` that index, and drop the one it
+    replaces (a prefix of it). Runs under the creation lock like the tables; on SQLite a
+    second process finds the index made, or the file locked, and looks again."""
+    ranked = ranked_index(tables)
+    ranked.create(conn, checkfirst=True)
+    # Named on a copy of the table: an index made on ``tables.terms`` would join it.
+    terms = tables.terms.to_metadata(MetaData())
+    replaced = str(ranked.name).removesuffix("_ranked") + "_impact"
+    Index(replaced, terms.c.scope, terms.c.term, terms.c.impact).drop(conn, checkfirst=True)
 
 
 def _lost_race(exc: DBAPIError) -> bool:

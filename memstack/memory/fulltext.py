@@ -8,9 +8,10 @@
 One index on every backend: each memory's terms (``memstack.memory.text``) are stored as
 64-bit digests (keyed HMACs when the store has a key, see ``memstack.memory.cipher``) with
 their BM25 impact, computed at write time, so recall reads each query term's best postings
-from an ``(scope, term, impact)`` index and sums them in SQL (``memstack.memory.queries``).
-Rankings are therefore identical on every backend, encrypted or not. ``MemoryStore`` owns
-the transactions; this module owns the postings and the per-scope statistics caches.
+from a ``(scope, term, impact, memory_id)`` index alone and sums them in SQL
+(``memstack.memory.queries``). Rankings are therefore identical on every backend,
+encrypted or not. ``MemoryStore`` owns the transactions; this module owns the postings
+and the per-scope statistics caches.
 """
 
 from __future__ import annotations

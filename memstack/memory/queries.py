@@ -9,20 +9,27 @@
 Recall runs on every turn, so its two statements skip the expression builder: the same
 portable SQL (SQLite, PostgreSQL, MariaDB) with bound parameters, cached per term count.
 ``ranked`` reads each term's best postings in impact order, sums them per memory, keeps
-the best ``:limit`` and joins them to their live rows, in one round trip. ``live`` is the
-same liveness condition as an expression, for the queries built with SQLAlchemy: the two
-sit side by side so they change together.
+the best ``:limit`` and joins them to their live rows, in one round trip; ``live_by_ids``
+reads the live rows of the memories found by meaning. Postings of equal impact at a
+term's cut are taken by memory id, highest first: the order the ``(scope, term, impact,
+memory_id)`` index holds them in (``memstack.memory.schema``), so a database with or
+without that index, on any backend, keeps the same ones. ``live`` is the same liveness
+condition as an expression, for the queries built with SQLAlchemy: the two sit side by
+side so they change together.
 """
 
 from __future__ import annotations
 
 from functools import lru_cache
 
-from sqlalchemy import ColumnElement, Table, and_, or_
+from sqlalchemy import ColumnElement, Table, TextClause, and_, bindparam, or_, text
 
 from memstack.memory.schema import Tables
 
 __all__ = ["RecallQueries", "live"]
+
+# ``live`` as SQL text, for the memories table under the alias ``m``.
+_LIVE = "m.superseded_at IS NULL AND (m.expires_at IS NULL OR m.expires_at > :now)"
 
 
 def live(memories: Table, now: float) -> ColumnElement[bool]:
@@ -40,6 +47,11 @@ class RecallQueries:
         self.columns = ", ".join(f"m.{column.name}" for column in tables.memories.columns)
         self.frequencies = lru_cache(maxsize=64)(self._frequencies)
         self.ranked = lru_cache(maxsize=64)(self._ranked)
+        # By primary key only: with ``scope = :scope`` here SQLite walks the scope's
+        # (scope, key) index instead, every row of the scope (45 ms a recall at 100,000).
+        self.live_by_ids: TextClause = text(
+            f"SELECT {self.columns} FROM {self.memories} AS m WHERE m.id IN :ids AND {_LIVE}"
+        ).bindparams(bindparam("ids", expanding=True))
 
     def _frequencies(self, count: int) -> str:
         """``(term, df)`` of terms ``:t0…``, each counted up to ``:cap`` postings."""
@@ -55,13 +67,12 @@ class RecallQueries:
         parts = [
             f"SELECT memory_id, score FROM (SELECT memory_id, impact * :w{i} AS score "
             f"FROM {self.terms} WHERE scope = :scope AND term = :t{i} "
-            f"ORDER BY impact DESC LIMIT :per_term) AS p{i}"
+            f"ORDER BY impact DESC, memory_id DESC LIMIT :per_term) AS p{i}"
             for i in range(count)
         ]
         return (
             f"SELECT {self.columns}, s.total AS total FROM {self.memories} AS m JOIN ("
             f"SELECT memory_id, SUM(score) AS total FROM ({' UNION ALL '.join(parts)}) AS postings "
             "GROUP BY memory_id ORDER BY total DESC, memory_id LIMIT :limit"
-            ") AS s ON s.memory_id = m.id "
-            "WHERE m.superseded_at IS NULL AND (m.expires_at IS NULL OR m.expires_at > :now)"
+            f") AS s ON s.memory_id = m.id WHERE {_LIVE}"
         )

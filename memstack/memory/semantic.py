@@ -24,7 +24,7 @@ from collections.abc import Callable, Collection, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import delete, insert, select, update
+from sqlalchemy import delete, insert, select, text, update
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 import memstack.cache as cache
@@ -45,6 +45,7 @@ __all__ = [
     "forget_cached",
     "fuse_scores",
     "leading",
+    "load_numpy",
     "reseal_vectors",
     "scope_key",
 ]
@@ -176,14 +177,20 @@ class SemanticIndex:
         self.tables = tables
         self.cipher = cipher
         self.clock = clock  # ages the gaps (``memstack.memory.gaps``)
+        # The rows a search reads first, added since the cached ones (``_rows``).
+        self._added = text(
+            f"SELECT seq, memory_id, vector FROM {tables.vectors.name} WHERE scope = :scope "
+            "AND model = :model AND seq > :after ORDER BY seq"
+        )
 
     async def embed(self, texts: Sequence[str]) -> list[list[float]]:
         """Embeddings off the event loop: a model is CPU work."""
-        # numpy loads here first: a search reads vectors while the model embeds, and numpy
-        # imported by two threads at once fails half-initialised.
-        import memstack.memory.quantized  # noqa: F401
+        load_numpy()
+        return await asyncio.to_thread(self.embed_here, texts)
 
-        vectors = await asyncio.to_thread(self.embedder.embed, list(texts))
+    def embed_here(self, texts: Sequence[str]) -> list[list[float]]:
+        """Embeddings on the calling thread (a worker's: see ``embed``), checked."""
+        vectors = self.embedder.embed(list(texts))
         if len(vectors) != len(texts):
             raise ConfigurationError(
                 f"embedder {self.embedder.name!r} returned {len(vectors)} vectors for "
@@ -346,16 +353,25 @@ class SemanticIndex:
         self, conn: AsyncConnection, scope: str, after: int, through: int | None
     ) -> list[tuple[int, str, Any]]:
         v = self.tables.vectors
-        query = select(v.c.seq, v.c.memory_id, v.c.vector).where(
-            v.c.scope == scope, v.c.model == self.embedder.name, v.c.seq > after
-        )
-        if through is not None:
-            query = query.where(v.c.seq <= through)
-        rows = await conn.execute(query.order_by(v.c.seq))
+        params = {"scope": scope, "model": self.embedder.name, "after": after}
+        if through is None:  # every search asks this: SQL text, built once
+            rows = await conn.execute(self._added, params)
+        else:
+            query = select(v.c.seq, v.c.memory_id, v.c.vector).where(
+                v.c.scope == scope, v.c.model == self.embedder.name, v.c.seq > after
+            )
+            rows = await conn.execute(query.where(v.c.seq <= through).order_by(v.c.seq))
         return [
             (seq, memory_id, decode(_open(self.cipher, scope, stored)))
             for seq, memory_id, stored in rows
         ]
+
+
+def load_numpy() -> None:
+    """Import numpy on the event loop's thread before a worker embeds: a search reads
+    vectors while the model embeds, and numpy imported by two threads at once fails
+    half-initialised."""
+    import memstack.memory.quantized  # noqa: F401
 
 
 def _mixed(exc: ValueError) -> ConfigurationError:

@@ -1,4 +1,5 @@
 """Several processes opening a new memory database at once: every one of them remembers.
+So do several opening tables an older memstack made, which each adds an index to.
 
 Real processes, started together behind a barrier, each calling ``MemoryStore.from_url``
 then ``remember`` on tables nobody has created yet (a new SQLite file, or a new
@@ -14,8 +15,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from sqlalchemy import inspect, text
 
 from memstack.memory import MemoryStore
+from memstack.memory.schema import ranked_index
 
 from .conftest import MEMORY_BACKENDS, memory_url
 
@@ -83,3 +86,65 @@ def test_processes_creating_the_tables_at_once_all_remember(backend: str, tmp_pa
         if not failures:
             assert texts == [f"written by p{i}" for i in range(PROCESSES)]
     assert failures == []
+
+
+async def _tables_before_the_ranked_index(url: str, prefix: str) -> None:
+    """Tables as an older memstack made them: terms indexed (scope, term, impact)."""
+    store = MemoryStore.from_url(url, table_prefix=prefix, embedder=None)
+    try:
+        await store.remember_many(
+            [store.new_memory("shared", f"older note {i}", source="observed") for i in range(300)]
+        )
+        ranked = str(ranked_index(store.tables).name)
+        terms = store.tables.terms.name
+        on = f" ON {terms}" if store.engine.dialect.name in ("mysql", "mariadb") else ""
+        async with store.engine.begin() as conn:
+            await conn.execute(text(f"DROP INDEX {ranked}{on}"))
+            await conn.execute(
+                text(
+                    f"CREATE INDEX {ranked.removesuffix('_ranked')}_impact ON {terms} "
+                    "(scope, term, impact)"
+                )
+            )
+    finally:
+        await store.close()
+
+
+async def _terms_indexes(url: str, prefix: str) -> set[str]:
+    store = MemoryStore.from_url(url, table_prefix=prefix, embedder=None)
+    try:
+        async with store.engine.connect() as conn:
+            found = await conn.run_sync(
+                lambda sync: inspect(sync).get_indexes(store.tables.terms.name)
+            )
+        return {str(index["name"]) for index in found}
+    finally:
+        await store.close()
+
+
+@pytest.mark.parametrize("backend", MEMORY_BACKENDS)
+def test_processes_opening_tables_made_before_the_ranked_index_all_remember(
+    backend: str, tmp_path: Path
+) -> None:
+    """Each process adds the index where it is missing; one does, the others find it."""
+    context = multiprocessing.get_context("spawn")
+    url = memory_url(backend, tmp_path)
+    prefix = f"old{uuid.uuid4().hex[:8]}_"
+    asyncio.run(_tables_before_the_ranked_index(url, prefix))
+    barrier = context.Barrier(PROCESSES)
+    results = context.Queue()
+    workers = [
+        context.Process(target=_remember, args=(url, prefix, f"p{i}", barrier, results))
+        for i in range(PROCESSES)
+    ]
+    for worker in workers:
+        worker.start()
+    outcomes = [results.get(timeout=120) for _ in workers]
+    for worker in workers:
+        worker.join(timeout=60)
+    indexes = asyncio.run(_terms_indexes(url, prefix))
+    if backend != "sqlite":
+        asyncio.run(_drop(url, prefix))
+    assert [what for _, status, what in outcomes if status != "ok"] == []
+    assert f"ix_{prefix}y_terms_ranked" in indexes
+    assert f"ix_{prefix}y_terms_impact" not in indexes
