@@ -19,14 +19,13 @@ opening anything (``memstack validate --resolve``).
 from __future__ import annotations
 
 import functools
-import re
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from agents.memory import Session, SQLiteSession
 
 import memstack.resources as resources
-from memstack.backends.translate import store_errors
+from memstack.backends.translate import store_errors, without_password
 from memstack.durations import parse_duration, seconds_of
 from memstack.errors import ConfigurationError
 
@@ -85,11 +84,6 @@ def check_url(url: str) -> None:
         _redis_session_class(url)
     else:
         _sqlalchemy_url(url, scheme)
-
-
-def without_password(url: str) -> str:
-    """``url`` with its password shown as ``***``: for messages and reprs."""
-    return re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", url)
 
 
 def _scheme(url: str) -> str:

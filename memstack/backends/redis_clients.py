@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from memstack.backends.open import without_password
+from memstack.backends.translate import without_password
 from memstack.loops import PerLoop
 
 if TYPE_CHECKING:

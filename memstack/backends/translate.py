@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -53,3 +54,8 @@ def store_errors(
             layer=layer,
             session_id=session_id if isinstance(session_id, str) else None,
         ) from exc
+
+
+def without_password(url: str) -> str:
+    """``url`` with its password shown as ``***``: for messages and reprs."""
+    return re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", url)

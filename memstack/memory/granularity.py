@@ -31,7 +31,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from memstack.errors import ConfigurationError
-from memstack.memory.vectors import Embedder, _numpy
+from memstack.memory.embedder import Embedder
+from memstack.memory.embedder import load_numpy as _numpy
 
 __all__ = ["SENTENCE_WEIGHT", "SentenceMix", "sentences"]
 

@@ -20,9 +20,11 @@ import base64
 import hashlib
 import re
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any
 
 from memstack.errors import ConfigurationError
+from memstack.memory.embedder import Embedder
+from memstack.memory.embedder import load_numpy as _numpy
 
 if TYPE_CHECKING:
     import numpy as np
@@ -38,26 +40,6 @@ __all__ = [
 ]
 
 _LAYER = "MemoryStore"
-
-
-@runtime_checkable
-class Embedder(Protocol):
-    """Turns texts into vectors of ``dim`` floats; ``name`` identifies the model."""
-
-    name: str
-    dim: int
-
-    def embed(self, texts: Sequence[str]) -> list[list[float]]: ...
-
-
-def _numpy() -> Any:
-    try:
-        import numpy
-    except ImportError as exc:
-        raise ConfigurationError(
-            "semantic recall needs numpy: pip install 'memstack[embed]'", layer=_LAYER
-        ) from exc
-    return numpy
 
 
 class HashingEmbedder:

@@ -98,6 +98,6 @@ def test_a_store_that_cannot_be_opened_raises_backend_error(tmp_path: Path):
 
 
 def test_passwords_never_appear_in_open_errors():
-    from memstack.backends.open import without_password
+    from memstack.backends.translate import without_password
 
     assert without_password("postgresql://app:hunter2@db/x") == "postgresql://app:***@db/x"

@@ -49,6 +49,22 @@ async def _drop(url: str, prefix: str) -> None:
     await store.close()
 
 
+
+def _race(context: Any, url: str, prefix: str) -> list[tuple[str, str, str]]:
+    """``PROCESSES`` processes open the store and remember at once (behind a barrier)."""
+    barrier = context.Barrier(PROCESSES)
+    results = context.Queue()
+    workers = [
+        context.Process(target=_remember, args=(url, prefix, f"p{i}", barrier, results))
+        for i in range(PROCESSES)
+    ]
+    for worker in workers:
+        worker.start()
+    outcomes = [results.get(timeout=120) for _ in workers]
+    for worker in workers:
+        worker.join(timeout=60)
+    return outcomes
+
 @pytest.mark.parametrize("backend", MEMORY_BACKENDS)
 def test_processes_creating_the_tables_at_once_all_remember(backend: str, tmp_path: Path) -> None:
     context = multiprocessing.get_context("spawn")
@@ -58,17 +74,7 @@ def test_processes_creating_the_tables_at_once_all_remember(backend: str, tmp_pa
         folder.mkdir()
         url = memory_url(backend, folder)
         prefix = f"race{uuid.uuid4().hex[:8]}_"
-        barrier = context.Barrier(PROCESSES)
-        results = context.Queue()
-        workers = [
-            context.Process(target=_remember, args=(url, prefix, f"p{i}", barrier, results))
-            for i in range(PROCESSES)
-        ]
-        for worker in workers:
-            worker.start()
-        outcomes = [results.get(timeout=120) for _ in workers]
-        for worker in workers:
-            worker.join(timeout=60)
+        outcomes = _race(context, url, prefix)
         failures += [
             f"round {round_} {name}: {what}" for name, status, what in outcomes if status != "ok"
         ]
@@ -131,17 +137,7 @@ def test_processes_opening_tables_made_before_the_ranked_index_all_remember(
     url = memory_url(backend, tmp_path)
     prefix = f"old{uuid.uuid4().hex[:8]}_"
     asyncio.run(_tables_before_the_ranked_index(url, prefix))
-    barrier = context.Barrier(PROCESSES)
-    results = context.Queue()
-    workers = [
-        context.Process(target=_remember, args=(url, prefix, f"p{i}", barrier, results))
-        for i in range(PROCESSES)
-    ]
-    for worker in workers:
-        worker.start()
-    outcomes = [results.get(timeout=120) for _ in workers]
-    for worker in workers:
-        worker.join(timeout=60)
+    outcomes = _race(context, url, prefix)
     indexes = asyncio.run(_terms_indexes(url, prefix))
     if backend != "sqlite":
         asyncio.run(_drop(url, prefix))
