@@ -104,10 +104,14 @@ def _current_turn(covered: Sequence[Item], newest: int) -> list[Item]:
 
 
 def _pairs(items: Sequence[Item]) -> list[tuple[dict[str, Any], dict[str, Any]]]:
-    """Each call in ``items`` with its output (calls without one are left out)."""
+    """Each call in ``items`` with its output (calls without one are left out).
+
+    The call goes without its item ``id``: the reasoning item before it is summarised
+    with the rest, and the Responses API refuses a call replayed by id without it.
+    """
     outputs = {pair_key(item): item for item in items if is_output(item)}
     return [
-        (dict(item), dict(outputs[key]))
+        ({key: value for key, value in item.items() if key != "id"}, dict(outputs[key]))
         for item in items
         if item_type(item) == "function_call"
         and (key := pair_key(item)) is not None

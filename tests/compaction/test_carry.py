@@ -115,3 +115,18 @@ def test_a_short_answer_is_carried_as_it_is() -> None:
     ]
     _, carried = carry(plan_for(raw, 3, []), raw, MASK)
     assert carried == raw[1:3]
+
+
+def test_a_carried_call_leaves_its_item_id_behind_with_its_reasoning() -> None:
+    """The reasoning before a call is summarised with the rest of the turn; the Responses
+    API refuses a call replayed by its item id without that reasoning item, so the
+    carried call goes without its id (its call_id still pairs it with its output)."""
+    reasoning = {"type": "reasoning", "id": "rs_1", "summary": [], "encrypted_content": "gA"}
+    call, output = pair("c1", "get_order", {"items": ["lamp"]}, id="A1")
+    raw = [user("check my order"), reasoning, {**call, "id": "fc_1"}, output]
+    previous = [{"role": "developer", "content": "summary"}]
+    plan, carried = carry(plan_for(raw, 4, previous), raw, MASK)
+    assert [item.get("type") for item in carried] == ["function_call", "function_call_output"]
+    assert "id" not in carried[0] and carried[0]["call_id"] == "c1"
+    assert reasoning in plan.covered  # summarised, as every covered item
+    assert history_problems([*previous, *carried]) == []
