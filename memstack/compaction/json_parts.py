@@ -19,6 +19,10 @@ text, byte for byte, so the prompt still quotes what the tool said. A member sho
 than ``width`` characters is one part; a longer object or array is cut into its members
 (an array's elements keep their index in the path); a long string stays one part.
 Text that is not one JSON object or array gives no parts.
+
+``field_parts`` and ``field_runs`` keep the parts at named fields (``flights``,
+``name.first``); ``[*]`` in a field stands for every element of a list, so a search's
+list of flights keeps each flight's ``"[*].flight_number"`` and ``"[*].prices"``.
 """
 
 from __future__ import annotations
