@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from contextlib import asynccontextmanager, suppress
+from contextlib import AsyncExitStack, asynccontextmanager, suppress
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from agents.extensions.memory import SQLAlchemySession
@@ -127,9 +127,15 @@ async def _reading(store: SQLAlchemySession) -> AsyncIterator[Callable[..., Awai
         async with store._session() as sess:
             yield sess.execute
         return
-    async with store._connection_guard(), store.engine.connect() as conn:
-        await conn.execution_options(isolation_level="AUTOCOMMIT")
-        yield conn.execute
+    async with store._connection_guard():
+        opened = AsyncExitStack()
+        try:
+            conn = await opened.enter_async_context(store.engine.connect())
+            await conn.execution_options(isolation_level="AUTOCOMMIT")
+            yield conn.execute
+        finally:
+            # As the SDK's reads: a cancelled read still hands its connection back whole.
+            await _await_mutation(opened.aclose())
 
 
 async def _lock_and_touch(store: SQLAlchemySession, sess: AsyncSession) -> bool:

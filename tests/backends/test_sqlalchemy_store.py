@@ -161,3 +161,33 @@ async def test_a_write_that_composes_nothing_leaves_the_session_row_untouched(
     async with engine.connect() as conn:
         assert (await conn.execute(text(query))).scalar_one() == before
     assert await store.get_items() == turn(0)
+
+
+async def test_a_cancelled_read_hands_its_connection_back(postgres: Any) -> None:
+    engine, tables = postgres
+    stack = TTLSession(open_backend(POSTGRES_URL, "s1", engine=engine, **tables), ttl=3600)
+    await stack.add_items(turn(0))  # type: ignore[arg-type]
+    sent = asyncio.Event()
+
+    def started(*args: Any) -> None:
+        sent.set()
+
+    event.listen(engine.sync_engine, "before_cursor_execute", started)
+    try:
+        for _ in range(3):
+            sent.clear()
+            read = asyncio.ensure_future(stack.get_items())
+            await sent.wait()
+            read.cancel()  # while its statement is in flight
+            await asyncio.sleep(0)
+            read.cancel()  # and again while it closes
+            with pytest.raises(asyncio.CancelledError):
+                await read
+    finally:
+        event.remove(engine.sync_engine, "before_cursor_execute", started)
+    for _ in range(100):
+        if engine.pool.checkedout() == 0:  # type: ignore[attr-defined]
+            break
+        await asyncio.sleep(0.01)
+    assert engine.pool.checkedout() == 0  # type: ignore[attr-defined]
+    assert await stack.get_items() == turn(0)
