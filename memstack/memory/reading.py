@@ -30,6 +30,7 @@ from sqlalchemy import and_, select
 from sqlalchemy.engine import Row
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from memstack.memory.fetch import fetch_all
 from memstack.memory.models import Memory
 from memstack.memory.parts import StoreParts
 from memstack.memory.queries import RecallQueries, live
@@ -269,8 +270,10 @@ async def _live_rows(
     if not missing:
         return []
     # SQL text, as the full-text query: building the statement cost ~1.5 ms a recall.
-    found = await conn.execute(queries.live_by_ids, {"ids": missing, "now": now})
-    return [row for row in found.all() if row.scope == scope]
+    params: dict[str, Any] = {f"i{i}": memory_id for i, memory_id in enumerate(missing)}
+    params["now"] = now
+    found = await fetch_all(conn, queries.live_by_ids(len(missing)), params, row=queries.memory_row)
+    return [row for row in found if row.scope == scope]
 
 
 async def profile(parts: StoreParts, scope: str, *, exclude: set[str]) -> list[Memory]:
