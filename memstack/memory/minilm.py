@@ -117,6 +117,9 @@ class OnnxMiniLMEmbedder:
         options = onnxruntime.SessionOptions()
         options.intra_op_num_threads = self.threads
         options.inter_op_num_threads = 1
+        # With more than one thread, idle ones sleep instead of spinning for the next op:
+        # recall shares the cores (spinning: 10.4 ms of CPU per query against 6.4).
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         options.log_severity_level = 3  # warnings about unused initialisers are noise here
         return onnxruntime.InferenceSession(
             data, sess_options=options, providers=["CPUExecutionProvider"]
