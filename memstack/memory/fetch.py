@@ -44,7 +44,7 @@ async def fetch_all(
     *,
     row: Callable[[Sequence[Any]], Any] | None = None,
 ) -> list[Any]:
-    """The rows of ``sql``; with ``row`` (a named tuple's ``_make``), each made by it, so
+    """The rows of ``sql``; with ``row`` (a named tuple's maker), each made by it, so
     columns read by name on every driver (SQLAlchemy's rows do already)."""
     if conn.dialect.driver in _FAST_DRIVERS:
         driver = (await conn.get_raw_connection()).driver_connection

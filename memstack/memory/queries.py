@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from collections import namedtuple
 from collections.abc import Callable, Sequence
-from functools import lru_cache
+from functools import lru_cache, partial
 from typing import Any
 
 from sqlalchemy import ColumnElement, Table, and_, or_
@@ -54,8 +54,9 @@ class RecallQueries:
         # Rows read by column name (``row.kind``), as SQLAlchemy's are, on every driver.
         make: Any = namedtuple  # of names known at run time
         memory_row, ranked_row = make("MemoryRow", names), make("RankedRow", [*names, "total"])
-        self.memory_row: Callable[[Sequence[Any]], Any] = memory_row._make
-        self.ranked_row: Callable[[Sequence[Any]], Any] = ranked_row._make
+        # ``tuple.__new__(cls, values)`` is what a named tuple's ``_make`` does.
+        self.memory_row: Callable[[Sequence[Any]], Any] = partial(tuple.__new__, memory_row)
+        self.ranked_row: Callable[[Sequence[Any]], Any] = partial(tuple.__new__, ranked_row)
         self.frequencies = lru_cache(maxsize=64)(self._frequencies)
         self.ranked = lru_cache(maxsize=64)(self._ranked)
         self.live_by_ids = lru_cache(maxsize=256)(self._live_by_ids)
