@@ -237,9 +237,9 @@ class Config:
         p = self.policy
         how = (
             f"w={p.semantic_weight:g} floor={p.min_similarity:g} hops={p.feedback} "
-            f"q={p.question_weight:g}"
+            f"q={p.question_weight:g} x={p.expansion:g}"
             if self.semantic
-            else f"words q={p.question_weight:g}"
+            else f"words q={p.question_weight:g} x={p.expansion:g}"
         )
         whole = "" if self.sentences or not self.semantic else ", whole only"
         return f"context ±{self.context}{whole}, {how}"
@@ -249,7 +249,7 @@ def _grid(semantic: bool) -> list[Config]:
     """The configurations swept; the library's defaults come first (they win ties)."""
     default = RecallPolicy()
     if not semantic:
-        words = [default, RecallPolicy(question_weight=1.0)]
+        words = [default, RecallPolicy(question_weight=1.0), RecallPolicy(expansion=0.0)]
         return [Config(c, p, False) for c in (2, 1, 3) for p in words]
     # Weight 0.7 and context ±1 lost on every conversation in the first sweep
     # (benchmarks/README.md, "bench memory"); they are left out to keep the run short.
@@ -263,6 +263,8 @@ def _grid(semantic: bool) -> list[Config]:
     # Issue 23's question weight switched off: left-out keeps it only if the other
     # conversations prefer it.
     policies.append(RecallPolicy(question_weight=1.0))
+    # Issue 23's query expansion switched off (one full-text query, as before).
+    policies.append(RecallPolicy(expansion=0.0))
     # Issue 23's sentence granularity switched off (memories embedded whole, as before).
     return [Config(c, p, True, s) for s in (True, False) for c in (2, 3) for p in policies]
 

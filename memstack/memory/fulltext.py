@@ -148,7 +148,7 @@ class FullTextIndex:
         self,
         conn: AsyncConnection,
         scope: str,
-        query_terms: Mapping[str, int],
+        query_terms: Mapping[str, float],
         limit: int,
         now: float,
     ) -> Sequence[Row[Any]]:

@@ -23,13 +23,14 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import and_, select
 from sqlalchemy.engine import Row
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from memstack.memory.expansion import FEEDBACK_MEMORIES, expansion_terms
 from memstack.memory.models import Memory
 from memstack.memory.parts import StoreParts
 from memstack.memory.queries import RecallQueries, live
@@ -128,6 +129,32 @@ async def search(
             )
         return found
 
+    def rank(
+        words: Mapping[str, float], rows: Mapping[str, Row[Any]], near: Sequence[tuple[str, float]]
+    ) -> list[tuple[Row[Any], float]]:
+        """``rows``, best first: BM25 totals (``words``) fused with the vector hits' cosines
+        (``near``), weighed by precedence and telling."""
+        if not rows:
+            return []
+        if semantic is None:
+            best = max(words.values())
+            relevance = {memory_id: total / best for memory_id, total in words.items()}
+        else:
+            fused = fuse_scores(
+                words,
+                [(i, cosine) for i, cosine in near if i in rows],
+                weight=policy.semantic_weight,
+            )
+            top = max(fused.values()) or 1.0
+            relevance = {memory_id: score / top for memory_id, score in fused.items()}
+        scored = []
+        for memory_id, row in rows.items():
+            if wanted is None or row.kind in wanted:
+                weight, tells = weigh(row)
+                scored.append((row, relevance[memory_id] * weight * tells))
+        scored.sort(key=lambda pair: (-pair[1], -pair[0].created_at, pair[0].id))
+        return scored
+
     try:
         now = parts.now()
         async with parts.connect("searching memories") as conn:
@@ -158,33 +185,31 @@ async def search(
                     by_meaning = await _live_rows(
                         conn, parts.index.queries, scope, near_ids, by_words, now
                     )
+            rows = {row.id: row for row in [*by_words, *by_meaning]}  # no id in both
+            words = {row.id: float(row.total) for row in by_words}
+            if policy.expansion > 0 and words:
+                # The best first memories' words re-rank what the question found
+                # (``memstack.memory.expansion``) by a second full-text query. BM25 adds
+                # over terms, so a candidate's first total is a floor for its new one;
+                # a memory neither the question's words nor its meaning found stays out.
+                first_pass = rank(words, rows, near)[:FEEDBACK_MEMORIES]
+                extra = expansion_terms(
+                    [(memory(row).text, score) for row, score in first_pass],
+                    query_terms,
+                    weight=policy.expansion,
+                )
+                if extra:
+                    expanded = {**query_terms, **extra}
+                    for row in await parts.index.ranked(conn, scope, expanded, limit, now):
+                        if row.id in rows:
+                            words[row.id] = max(words.get(row.id, 0.0), float(row.total))
         if first is not None:
             first.result()
     finally:
         blocks_read.cancel()  # set, or the search failed before the vectors were read
         if first is not None and not first.cancel() and not first.cancelled():
             first.exception()  # retrieved: a database failure is the one reported
-    rows = {row.id: row for row in [*by_words, *by_meaning]}  # no id in both
-    if not rows:
-        return []
-    if semantic is None:
-        best = float(by_words[0].total)
-        relevance = {row.id: float(row.total) / best for row in by_words}
-    else:
-        fused = fuse_scores(
-            {row.id: float(row.total) for row in by_words},
-            [(i, cosine) for i, cosine in near if i in rows],
-            weight=policy.semantic_weight,
-        )
-        top = max(fused.values()) or 1.0
-        relevance = {memory_id: score / top for memory_id, score in fused.items()}
-    scored = []
-    for memory_id, row in rows.items():
-        if wanted is None or row.kind in wanted:
-            weight, tells = weigh(row)
-            scored.append((row, relevance[memory_id] * weight * tells))
-    scored.sort(key=lambda pair: (-pair[1], -pair[0].created_at, pair[0].id))
-    return [(memory(row), score) for row, score in scored[:limit]]
+    return [(memory(row), score) for row, score in rank(words, rows, near)[:limit]]
 
 
 _TEXT_FIRST = '{"text":"'
