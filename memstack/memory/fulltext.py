@@ -188,6 +188,47 @@ class FullTextIndex:
         sql = text(self.queries.ranked(len(df_by_digest)))
         return (await conn.execute(sql, params)).all()
 
+    async def scores(
+        self,
+        conn: AsyncConnection,
+        scope: str,
+        query_terms: Mapping[str, float],
+        ids: Sequence[str],
+    ) -> dict[str, float]:
+        """BM25 of ``query_terms`` for the memories ``ids`` only (those with none: absent).
+
+        What query expansion adds to candidates already found: BM25 sums over terms, so
+        the added terms' scores add to the first query's, read by primary key instead of
+        ranking the scope again.
+        """
+        n_docs, _ = await self.scope_stats(conn, scope)
+        if n_docs == 0 or not ids or not query_terms:
+            return {}
+        digests: dict[int, str] = {}
+        for term in query_terms:
+            for digest in self.cipher.term_digests(scope, term):
+                digests[digest] = term
+        df_by_digest = await self._document_frequencies(conn, scope, list(digests))
+        if not df_by_digest:
+            return {}
+        df_by_term: dict[str, int] = defaultdict(int)
+        for digest, df in df_by_digest.items():
+            df_by_term[digests[digest]] += df
+        weights = {
+            term: self.bm25.idf(min(df, n_docs), n_docs) * query_terms[term]
+            for term, df in df_by_term.items()
+        }
+        params = {"ids": list(ids), "terms": list(df_by_digest)}
+        totals: dict[str, float] = {}
+        for row_scope, memory_id, digest, impact in await conn.execute(
+            self.queries.impacts, params
+        ):
+            if row_scope != scope:
+                continue
+            gained = float(impact) * weights[digests[int(digest)]]
+            totals[memory_id] = totals.get(memory_id, 0.0) + gained
+        return totals
+
 
 def weighted_terms(memory: Memory) -> dict[str, int]:
     """The memory's own words count three times; its context's and its date's once.

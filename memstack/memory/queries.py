@@ -53,6 +53,15 @@ class RecallQueries:
             f"SELECT {self.columns} FROM {self.memories} AS m WHERE m.id IN :ids AND {_LIVE}"
         ).bindparams(bindparam("ids", expanding=True))
 
+        # The impacts of some terms in some memories: query expansion scores the
+        # candidates it has. By memory id only, as above: with ``scope = :scope`` SQLite
+        # reads every posting of each term through the ranked index (a common term's
+        # thousands); the caller checks the scope on the rows.
+        self.impacts: TextClause = text(
+            f"SELECT scope, memory_id, term, impact FROM {self.terms} "
+            "WHERE memory_id IN :ids AND term IN :terms"
+        ).bindparams(bindparam("ids", expanding=True), bindparam("terms", expanding=True))
+
     def _frequencies(self, count: int) -> str:
         """``(term, df)`` of terms ``:t0…``, each counted up to ``:cap`` postings."""
         parts = [

@@ -189,20 +189,20 @@ async def search(
             words = {row.id: float(row.total) for row in by_words}
             if policy.expansion > 0 and words:
                 # The best first memories' words re-rank what the question found
-                # (``memstack.memory.expansion``) by a second full-text query. BM25 adds
-                # over terms, so a candidate's first total is a floor for its new one;
-                # a memory neither the question's words nor its meaning found stays out.
-                first_pass = rank(words, rows, near)[:FEEDBACK_MEMORIES]
+                # (``memstack.memory.expansion``): BM25 sums over terms, so their scores
+                # add to the first query's; a memory neither the question's words nor its
+                # meaning found stays out.
+                first_pass = rank(words, rows, near)
                 extra = expansion_terms(
-                    [(memory(row).text, score) for row, score in first_pass],
+                    [(memory(row).text, score) for row, score in first_pass[:FEEDBACK_MEMORIES]],
                     query_terms,
                     weight=policy.expansion,
                 )
-                if extra:
-                    expanded = {**query_terms, **extra}
-                    for row in await parts.index.ranked(conn, scope, expanded, limit, now):
-                        if row.id in rows:
-                            words[row.id] = max(words.get(row.id, 0.0), float(row.total))
+                # Only those that can be returned: the best ``limit`` of the first pass.
+                ids = [row.id for row, _ in first_pass[:limit]]
+                gained = await parts.index.scores(conn, scope, extra, ids)
+                for memory_id, score in gained.items():
+                    words[memory_id] = words.get(memory_id, 0.0) + score
         if first is not None:
             first.result()
     finally:
