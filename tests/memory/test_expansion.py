@@ -70,20 +70,19 @@ async def test_a_list_question_ranks_up_a_memory_with_the_first_ones_words(
     assert found[0.25] == [EXERCISES, YOGA]  # the question's own words still lead
 
 
-async def test_added_terms_score_the_given_memories_as_a_ranking_would(tmp_path: Path) -> None:
-    store = MemoryStore.from_url(f"sqlite:///{tmp_path / 'm.db'}", embedder=None)
+async def test_added_terms_score_the_given_memories_as_a_ranking_would(
+    memory: MemoryStore, scope: str
+) -> None:
     for text in (EXERCISES, YOGA, WEATHER, ELSEWHERE, *OTHERS):
-        await store.remember("john", text, source="observed")
-    await store.remember("maria", YOGA, source="observed")  # another scope: not counted
+        await memory.remember(scope, text, source="observed")
+    await memory.remember(scope + "-other", YOGA, source="observed")  # not counted
     terms = {"yoga": 0.25, "class": 0.5, "nowhere": 1.0}
-    index, now = store.parts.index, store.parts.now()
-    async with store.parts.connect("test") as conn:
-        ranked = {
-            row.id: float(row.total) for row in await index.ranked(conn, "john", terms, 50, now)
-        }
+    index, now = memory.parts.index, memory.parts.now()
+    async with memory.parts.connect("test") as conn:
+        rows = await index.ranked(conn, scope, terms, 50, now)
+        ranked = {row.id: float(row.total) for row in rows}
         some = list(ranked)[:2]
-        scored = await index.scores(conn, "john", terms, [*some, "no-such-id"])
-        assert await index.scores(conn, "john", {}, some) == {}
-    assert set(ranked) == {m.id for m in await store.list_memories("john") if "oga" in m.text}
+        scored = await index.scores(conn, scope, terms, [*some, "no-such-id"])
+        assert await index.scores(conn, scope, {}, some) == {}
+    assert set(ranked) == {m.id for m in await memory.list_memories(scope) if "oga" in m.text}
     assert scored == pytest.approx({memory_id: ranked[memory_id] for memory_id in some})
-    await store.close()
