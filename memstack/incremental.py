@@ -23,11 +23,13 @@ reads' keys line up, position by position: the lists are compared and sliced at 
 and only the new rows are derived in Python.
 
 Equal keys mean equal content, so a kept result is right for any row with that key,
-whoever wrote it: another process's write, a pop, a clear or a rewrite changes the keys
-a read sees, and a read whose keys do not line up with the last one derives everything
-again. What else a result depends on (the session key an envelope was opened under, a
-counter's way of counting) goes in the slot, or in ``extra``, checked by the caller
-before it trusts the results. A read with a row of unknown key keeps nothing. Results are
+wherever it stands and whoever wrote it: another process's write, a pop, a clear or a
+rewrite changes the keys a read sees, and a read whose keys do not line up with the last
+one takes each key's result from wherever the last read had it (a view whose middle
+changed, as when masking replaces an older output, derives only what changed). What else
+a result depends on (the session key an envelope was opened under, a counter's way of
+counting) goes in the slot, or in ``extra``, checked by the caller before it trusts the
+results. A read with a row of unknown key keeps nothing. Results are
 shared: read-only.
 """
 
@@ -71,10 +73,10 @@ def previous_with(
     elif (found := _index(keys, old_keys[0])) >= 0:
         start, offset = found, 0  # a longer read: the last one is inside this one
     else:
-        return _same_ending(keys, old_keys, old_results), extra
+        return _by_key(keys, old_keys, old_results), extra
     shared = min(n - start, len(old_keys) - offset)
     if keys[start : start + shared] != old_keys[offset : offset + shared]:
-        return _same_ending(keys, old_keys, old_results), extra
+        return _by_key(keys, old_keys, old_results), extra
     results = [MISSING] * start
     results += old_results[offset : offset + shared]
     results += [MISSING] * (n - start - shared)
@@ -115,17 +117,13 @@ def keep(
     cache.put(slot, (keys, results, extra), weight=weight)
 
 
-def _same_ending(
+def _by_key(
     keys: Sequence[Hashable | None], old_keys: Sequence[Hashable], old_results: Sequence[Any]
 ) -> list[Any]:
-    """Where the heads differ (a row rewritten in place, say), the rows both reads end with."""
-    results = [MISSING] * len(keys)
-    end = _index(old_keys, keys[-1])
-    back = 0
-    while back <= end and back < len(keys) and keys[-1 - back] == old_keys[end - back]:
-        results[-1 - back] = old_results[end - back]
-        back += 1
-    return results
+    """Where the two reads do not line up, each key's result wherever the last read had it:
+    a result is a function of its key (and of what the slot and ``extra`` name) alone."""
+    found = dict(zip(old_keys, old_results, strict=False))
+    return [found.get(key, MISSING) for key in keys]
 
 
 def _index(values: Sequence[Hashable | None], value: Hashable | None) -> int:

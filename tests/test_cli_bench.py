@@ -12,17 +12,12 @@ import pytest
 
 from .conftest import IN_CI, shared_data
 from .fake_openai_server import CHAT, FakeOpenAI, Status
+from .forked import run_memstack
 
 
 def bench(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     clean = {k: v for k, v in os.environ.items() if not k.startswith("OPENAI_")}
-    return subprocess.run(
-        [sys.executable, "-m", "memstack", "bench", *args],
-        capture_output=True,
-        text=True,
-        env={**clean, **env},
-        timeout=600,
-    )
+    return run_memstack("bench", *args, env={**clean, **env}, timeout=600)
 
 
 def one_long_conversation(tmp_path: Path) -> Path:

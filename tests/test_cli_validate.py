@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from memstack.crypto import generate_key
+
+from .forked import run_memstack
 
 RECIPES = Path(__file__).resolve().parents[1] / "recipes"
 SECRETS = ("SUPPORT_KEY", "CHAT_KEY_CURRENT", "PII_KEY_CURRENT", "PII_KEY_PREVIOUS")
@@ -17,13 +18,8 @@ SECRETS = ("SUPPORT_KEY", "CHAT_KEY_CURRENT", "PII_KEY_CURRENT", "PII_KEY_PREVIO
 
 def validate(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
     clean = {k: v for k, v in os.environ.items() if k not in (*SECRETS, "OPENAI_API_KEY")}
-    return subprocess.run(
-        [sys.executable, "-m", "memstack", "validate", *args],
-        capture_output=True,
-        text=True,
-        env={**clean, **env},
-        timeout=600,  # "should not hang": generous on a loaded machine
-    )
+    # "should not hang": generous on a loaded machine
+    return run_memstack("validate", *args, env={**clean, **env}, timeout=600)
 
 
 @pytest.mark.parametrize("recipe", sorted(RECIPES.glob("*.toml")), ids=lambda p: p.stem)

@@ -39,10 +39,12 @@ def derive(slot: tuple[str, ...], keys: list[Any], seen: list[Any]) -> list[Any]
         (["a", "b", "c"], ["b", "c", "d"], ["d"]),  # moved on by one row
         (["b", "c"], ["a", "b", "c", "d"], ["a", "d"]),  # a longer read around the last
         (["a", "b", "c"], ["a", "b"], []),  # a shorter one (the newest popped)
-        (["a", "b", "c"], ["a", "x", "c"], ["a", "x"]),  # a row rewritten in place
+        (["a", "b", "c"], ["a", "x", "c"], ["x"]),  # a row rewritten in place
         (["a", "b", "c"], ["x", "b", "c"], ["x"]),  # the oldest one rewritten
-        (["a", "b", "c"], ["x", "y", "c", "d"], ["x", "y", "c", "d"]),  # ends apart
+        (["a", "b", "c"], ["x", "y", "c", "d"], ["x", "y", "d"]),  # ends apart
         (["a", "b"], ["x", "y"], ["x", "y"]),  # nothing in common (cleared, refilled)
+        # A view whose middle changed (an output masked since): the rest by key.
+        (["a", "b", "c", "d", "e"], ["a", "b", "x", "d", "e", "f"], ["x", "f"]),
     ],
 )
 def test_results_line_up_by_key_and_only_new_rows_are_derived(

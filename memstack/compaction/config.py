@@ -28,6 +28,7 @@ from typing import Annotated, Any, Literal, Self
 from pydantic import BeforeValidator, Field, SkipValidation, model_validator
 
 from memstack.compaction.extractive import ExtractiveSummarizer
+from memstack.compaction.json_parts import field_table
 from memstack.compaction.masking import Mask
 from memstack.compaction.quoting import QuotingSummarizer
 from memstack.compaction.strategies import Compactor, ResponsesCompact, Summarize
@@ -212,6 +213,7 @@ class CompactionOptions(Options, layer="CompactionSession"):
     on_error: Annotated[Literal["warn", "raise"], Field(description="'warn' or 'raise'")] = "warn"
     carry_fields: Flag = False
     carry_beyond_turn: ToolNames = ()
+    carry_turn_fields: SkipValidation[Mapping[str, tuple[str, ...]]] = Field(default_factory=dict)
     cooldown: Size = 0
     counter: Counter = None
     model: ModelName = None
@@ -231,6 +233,12 @@ class CompactionOptions(Options, layer="CompactionSession"):
                 f"trigger must be Tokens(...), Items(...) or Turns(...), not {trigger!r}"
             )
         values["trigger"] = trigger
+        try:
+            values["carry_turn_fields"] = dict(
+                field_table(values.get("carry_turn_fields"), owner="CompactionSession")
+            )
+        except ConfigurationError as exc:
+            raise ValueError(exc.reason) from exc
         return values
 
     @model_validator(mode="after")
@@ -253,6 +261,8 @@ class CompactionOptions(Options, layer="CompactionSession"):
             )
         if self.carry_beyond_turn and not self.carry_fields:
             raise ValueError("carry_beyond_turn needs carry_fields = true")
+        if self.carry_turn_fields and not self.carry_fields:
+            raise ValueError("carry_turn_fields needs carry_fields = true")
         missing = sorted(
             set(self.carry_beyond_turn) - set(self.mask.keep_fields if self.mask else ())
         )

@@ -19,11 +19,16 @@ text, byte for byte, so the prompt still quotes what the tool said. A member sho
 than ``width`` characters is one part; a longer object or array is cut into its members
 (an array's elements keep their index in the path); a long string stays one part.
 Text that is not one JSON object or array gives no parts.
+
+``field_parts`` and ``field_runs`` keep the parts at named fields (``flights``,
+``name.first``); ``[*]`` in a field stands for every element of a list, so a search's
+list of flights keeps each flight's ``"[*].flight_number"`` and ``"[*].prices"``.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator, Mapping, Sequence
 
 from memstack.errors import ConfigurationError
@@ -110,11 +115,34 @@ def field_runs(text: str, fields: Sequence[str], *, width: int = 160) -> list[st
 
 
 def _field_spans(text: str, fields: Sequence[str], width: int) -> list[tuple[str, int, int]]:
+    patterns = [_field_pattern(f) for f in fields]
     return [
         (path, begin, end)
         for path, begin, end in _spans(text, width)
-        if any(path == f or path.startswith((f + ".", f + "[")) for f in fields)
+        if any(_wanted(path, *pattern) for pattern in patterns)
     ]
+
+
+def _field_pattern(field: str) -> tuple[re.Pattern[str], re.Pattern[str] | None]:
+    """The field as a pattern (``[*]`` stands for any index), and the element holding it.
+
+    ``[*].price`` keeps the ``price`` member of every element of a list; an element short
+    enough to be one part (``[2]``) is kept whole, since it holds that member.
+    """
+    pieces = [re.escape(piece) for piece in field.split("[*]")]
+    exact = re.compile(r"\[\d+\]".join(pieces))
+    if len(pieces) == 1:
+        return exact, None
+    holder = re.compile(r"\[\d+\]".join(pieces[:-1]) + r"\[\d+\]")
+    return exact, holder
+
+
+def _wanted(path: str, exact: re.Pattern[str], holder: re.Pattern[str] | None) -> bool:
+    """``path`` is the field, lies under it, or is the list element that holds it whole."""
+    found = exact.match(path)
+    if found is not None:
+        return found.end() == len(path) or path[found.end()] in ".["
+    return holder is not None and holder.fullmatch(path) is not None
 
 
 def field_table(value: object, *, owner: str) -> Mapping[str, tuple[str, ...]]:

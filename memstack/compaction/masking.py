@@ -183,6 +183,11 @@ class Mask:
         )  # fmt: skip
         object.__setattr__(self, "_way", ("mask", *way))
 
+    def __hash__(self) -> int:
+        # The mapping fields are not hashable; ``_way`` holds every field, hashably. Keys
+        # made of a mask (compaction's measure) are then made once, not on every read.
+        return hash(self._way)
+
     def __repr__(self) -> str:
         # Only what differs from the defaults: stacks print this in their chain.
         changed = [

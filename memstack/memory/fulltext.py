@@ -22,11 +22,12 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import func, select, text
+from sqlalchemy import func, select
 from sqlalchemy.engine import Row
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from memstack.memory.cipher import MemoryCipher
+from memstack.memory.fetch import fetch_all
 from memstack.memory.models import Memory
 from memstack.memory.queries import RecallQueries
 from memstack.memory.ranking import BM25
@@ -137,8 +138,8 @@ class FullTextIndex:
         if missing:
             params: dict[str, Any] = {"scope": scope, "cap": _DF_CAP}
             params.update({f"t{i}": digest for i, digest in enumerate(missing)})
-            sql = text(self.queries.frequencies(len(missing)))
-            found = {int(term): int(df) for term, df in await conn.execute(sql, params) if df}
+            sql = self.queries.frequencies(len(missing))
+            found = {int(term): int(df) for term, df in await fetch_all(conn, sql, params) if df}
             for digest in missing:
                 cache[digest] = (found.get(digest, 0), now)
             known.update(found)
@@ -185,8 +186,8 @@ class FullTextIndex:
             params[f"w{i}"] = (
                 self.bm25.idf(min(df_by_term[term], n_docs), n_docs) * query_terms[term]
             )
-        sql = text(self.queries.ranked(len(df_by_digest)))
-        return (await conn.execute(sql, params)).all()
+        sql = self.queries.ranked(len(df_by_digest))
+        return await fetch_all(conn, sql, params, row=self.queries.ranked_row)
 
     async def scores(
         self,
@@ -198,7 +199,7 @@ class FullTextIndex:
         """BM25 of ``query_terms`` for the memories ``ids`` only (those with none: absent).
 
         What query expansion adds to candidates already found: BM25 sums over terms, so
-        the added terms' scores add to the first query's, read by primary key instead of
+        the added terms' scores add to the first query's, read by memory id instead of
         ranking the scope again.
         """
         n_docs, _ = await self.scope_stats(conn, scope)
@@ -218,11 +219,11 @@ class FullTextIndex:
             term: self.bm25.idf(min(df, n_docs), n_docs) * query_terms[term]
             for term, df in df_by_term.items()
         }
-        params = {"ids": list(ids), "terms": list(df_by_digest)}
+        params: dict[str, Any] = {f"i{i}": memory_id for i, memory_id in enumerate(ids)}
+        params.update({f"t{i}": digest for i, digest in enumerate(df_by_digest)})
+        sql = self.queries.impacts(len(ids), len(df_by_digest))
         totals: dict[str, float] = {}
-        for row_scope, memory_id, digest, impact in await conn.execute(
-            self.queries.impacts, params
-        ):
+        for row_scope, memory_id, digest, impact in await fetch_all(conn, sql, params):
             if row_scope != scope:
                 continue
             gained = float(impact) * weights[digests[int(digest)]]

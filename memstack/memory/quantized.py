@@ -168,8 +168,10 @@ def nearest(
             rows = rows_in_order[low:high] - starts[b]
             # einsum, not ``@``: a product through BLAS wakes its thread pool, and on shared
             # cores those threads spin (6,000 rows: 60 ms against 0.3 ms at load ~14).
-            dots = np.einsum("ij,j->i", block.codes[rows].astype(np.float32), vector)
-            in_order[low:high] = dots * block.scales[rows]
+            # ``take`` copies the same rows as ``codes[rows]`` at about half the cost.
+            codes = np.take(block.codes, rows, axis=0)
+            dots = np.einsum("ij,j->i", codes.astype(np.float32), vector)
+            in_order[low:high] = dots * np.take(block.scales, rows)
     scores = np.empty_like(in_order)
     scores[order] = in_order
     k = min(k, len(chosen))

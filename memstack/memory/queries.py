@@ -6,11 +6,13 @@
     >>> sql.count("UNION ALL"), ":w1" in sql, ":t1" in sql
     (1, True, True)
 
-Recall runs on every turn, so its two statements skip the expression builder: the same
-portable SQL (SQLite, PostgreSQL, MariaDB) with bound parameters, cached per term count.
-``ranked`` reads each term's best postings in impact order, sums them per memory, keeps
-the best ``:limit`` and joins them to their live rows, in one round trip; ``live_by_ids``
-reads the live rows of the memories found by meaning. Postings of equal impact at a
+Recall runs on every turn, so its statements skip the expression builder: the same
+portable SQL (SQLite, PostgreSQL, MariaDB) with named parameters, cached per term or id
+count, read by ``memstack.memory.fetch`` (one hand-off to SQLite's thread each) into
+``memory_row`` / ``ranked_row`` tuples. ``ranked`` reads each term's best postings in
+impact order, sums them per memory, keeps the best ``:limit`` and joins them to their
+live rows, in one round trip; ``live_by_ids`` reads the live rows of the memories found
+by meaning. Postings of equal impact at a
 term's cut are taken by memory id, highest first: the order the ``(scope, term, impact,
 memory_id)`` index holds them in (``memstack.memory.schema``), so a database with or
 without that index, on any backend, keeps the same ones. ``live`` is the same liveness
@@ -20,9 +22,12 @@ side so they change together.
 
 from __future__ import annotations
 
-from functools import lru_cache
+from collections import namedtuple
+from collections.abc import Callable, Sequence
+from functools import lru_cache, partial
+from typing import Any
 
-from sqlalchemy import ColumnElement, Table, TextClause, and_, bindparam, or_, text
+from sqlalchemy import ColumnElement, Table, and_, or_
 
 from memstack.memory.schema import Tables
 
@@ -44,23 +49,19 @@ class RecallQueries:
     def __init__(self, tables: Tables) -> None:
         self.terms = tables.terms.name
         self.memories = tables.memories.name
-        self.columns = ", ".join(f"m.{column.name}" for column in tables.memories.columns)
+        names = [column.name for column in tables.memories.columns]
+        self.columns = ", ".join(f"m.{name}" for name in names)
+        # Rows read by column name (``row.kind``), as SQLAlchemy's are, on every driver.
+        make: Any = namedtuple  # of names known at run time
+        memory_row, ranked_row = make("MemoryRow", names), make("RankedRow", [*names, "total"])
+        # ``tuple.__new__(cls, values)`` is what a named tuple's ``_make`` does.
+        self.memory_row: Callable[[Sequence[Any]], Any] = partial(tuple.__new__, memory_row)
+        self.ranked_row: Callable[[Sequence[Any]], Any] = partial(tuple.__new__, ranked_row)
         self.frequencies = lru_cache(maxsize=64)(self._frequencies)
         self.ranked = lru_cache(maxsize=64)(self._ranked)
-        # By primary key only: with ``scope = :scope`` here SQLite walks the scope's
-        # (scope, key) index instead, every row of the scope (45 ms a recall at 100,000).
-        self.live_by_ids: TextClause = text(
-            f"SELECT {self.columns} FROM {self.memories} AS m WHERE m.id IN :ids AND {_LIVE}"
-        ).bindparams(bindparam("ids", expanding=True))
+        self.live_by_ids = lru_cache(maxsize=256)(self._live_by_ids)
 
-        # The impacts of some terms in some memories: query expansion scores the
-        # candidates it has. By memory id only, as above: with ``scope = :scope`` SQLite
-        # reads every posting of each term through the ranked index (a common term's
-        # thousands); the caller checks the scope on the rows.
-        self.impacts: TextClause = text(
-            f"SELECT scope, memory_id, term, impact FROM {self.terms} "
-            "WHERE memory_id IN :ids AND term IN :terms"
-        ).bindparams(bindparam("ids", expanding=True), bindparam("terms", expanding=True))
+        self.impacts = lru_cache(maxsize=256)(self._impacts)
 
     def _frequencies(self, count: int) -> str:
         """``(term, df)`` of terms ``:t0…``, each counted up to ``:cap`` postings."""
@@ -70,6 +71,27 @@ class RecallQueries:
             for i in range(count)
         ]
         return " UNION ALL ".join(parts)
+
+    def _live_by_ids(self, count: int) -> str:
+        """Live rows of the memories ``:i0…``."""
+        # By primary key only: with ``scope = :scope`` here SQLite walks the scope's
+        # (scope, key) index instead, every row of the scope (45 ms a recall at 100,000).
+        ids = ", ".join(f":i{i}" for i in range(count))
+        return f"SELECT {self.columns} FROM {self.memories} AS m WHERE m.id IN ({ids}) AND {_LIVE}"
+
+    def _impacts(self, ids: int, terms: int) -> str:
+        """``(scope, memory_id, term, impact)`` of terms ``:t0…`` in memories ``:i0…``.
+
+        Query expansion scores the candidates it has. By memory id only, as above: with
+        ``scope = :scope`` SQLite reads every posting of each term through the ranked
+        index (a common term's thousands); the caller checks the scope on the rows.
+        """
+        in_ids = ", ".join(f":i{i}" for i in range(ids))
+        in_terms = ", ".join(f":t{i}" for i in range(terms))
+        return (
+            f"SELECT scope, memory_id, term, impact FROM {self.terms} "
+            f"WHERE memory_id IN ({in_ids}) AND term IN ({in_terms})"
+        )
 
     def _ranked(self, count: int) -> str:
         """Live rows of the best ``:limit`` memories for terms ``:t0…`` weighted ``:w0…``."""

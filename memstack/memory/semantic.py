@@ -24,12 +24,13 @@ from collections.abc import Callable, Collection, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import delete, insert, select, text, update
+from sqlalchemy import delete, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 import memstack.cache as cache
 from memstack.errors import ConfigurationError
 from memstack.memory.cipher import MemoryCipher
+from memstack.memory.fetch import fetch_all
 from memstack.memory.gaps import FIRST_WINDOW, WINDOW, Gaps
 from memstack.memory.models import Memory
 from memstack.memory.schema import Tables
@@ -178,7 +179,7 @@ class SemanticIndex:
         self.cipher = cipher
         self.clock = clock  # ages the gaps (``memstack.memory.gaps``)
         # The rows a search reads first, added since the cached ones (``_rows``).
-        self._added = text(
+        self._added = (
             f"SELECT seq, memory_id, vector FROM {tables.vectors.name} WHERE scope = :scope "
             "AND model = :model AND seq > :after ORDER BY seq"
         )
@@ -354,13 +355,14 @@ class SemanticIndex:
     ) -> list[tuple[int, str, Any]]:
         v = self.tables.vectors
         params = {"scope": scope, "model": self.embedder.name, "after": after}
+        rows: Sequence[Any]
         if through is None:  # every search asks this: SQL text, built once
-            rows = await conn.execute(self._added, params)
+            rows = await fetch_all(conn, self._added, params)
         else:
             query = select(v.c.seq, v.c.memory_id, v.c.vector).where(
                 v.c.scope == scope, v.c.model == self.embedder.name, v.c.seq > after
             )
-            rows = await conn.execute(query.where(v.c.seq <= through).order_by(v.c.seq))
+            rows = (await conn.execute(query.where(v.c.seq <= through).order_by(v.c.seq))).all()
         return [
             (seq, memory_id, decode(_open(self.cipher, scope, stored)))
             for seq, memory_id, stored in rows

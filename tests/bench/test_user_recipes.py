@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -13,6 +11,7 @@ from memstack.bench.tokens_bench import user_recipe_strategies
 from memstack.errors import ConfigurationError
 
 from ..conftest import shared_data
+from ..forked import run_memstack
 
 RECIPE = """
 [backend]
@@ -72,11 +71,9 @@ def test_the_cli_replays_the_users_recipes_against_the_baselines(tmp_path: Path)
     transcript = tmp_path / "two.jsonl"
     transcript.write_text("\n".join(lines) + "\n", encoding="utf-8")
     out = tmp_path / "out"
-    result = subprocess.run(
-        [sys.executable, "-m", "memstack", "bench", "tokens", str(transcript),
-         "--recipe", str(recipe), "--out", str(out)],
-        capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
+    result = run_memstack(
+        "bench", "tokens", str(transcript), "--recipe", str(recipe), "--out", str(out)
+    )
     assert result.returncode == 0, result.stderr
     summary = json.loads((out / "summary.json").read_text())
     rows = {row["strategy"]: row for row in summary["strategies"]}

@@ -117,3 +117,25 @@ def test_a_reply_without_names_keeps_its_first_sentence_and_a_short_one_stays() 
     )
     assert trimmed_reply("Done: HAT001 is booked.") is None  # nothing would go
     assert trimmed_reply("") is None
+
+
+def test_a_star_index_keeps_those_members_of_every_element_and_a_short_element_whole() -> None:
+    flight = {
+        "flight_number": "HAT169", "origin": "DTW", "destination": "JFK",
+        "departure": "04:00:00", "status": "available",
+        "seats": {"economy": 12, "business": 19}, "prices": {"economy": 171, "business": 294},
+        "note": "x" * 80,
+    }  # fmt: skip
+    text = json.dumps([flight, {"flight_number": "HAT002", "prices": {"economy": 9}}])
+    runs = field_runs(text, ["[*].flight_number", "[*].origin", "[*].destination", "[*].prices"])
+    assert runs == [
+        '"flight_number": "HAT169", "origin": "DTW", "destination": "JFK"',
+        '"prices": {"economy": 171, "business": 294}',
+        '{"flight_number": "HAT002", "prices": {"economy": 9}}',  # one part: kept whole
+    ]
+    nested = json.dumps([[flight, flight]])  # a list of lists (one-stop connections)
+    prices = '"prices": {"economy": 171, "business": 294}'
+    assert field_runs(nested, ["[*][*].prices"]) == [prices, prices]
+    assert field_runs(nested, ["[*].prices"]) == []  # a star stands for one index, not two
+    inside = json.dumps({"flights": [flight]})
+    assert field_runs(inside, ["flights[*].origin"]) == ['"origin": "DTW"']

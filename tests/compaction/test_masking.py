@@ -436,3 +436,20 @@ def test_kept_rows_mask_as_a_fresh_read_does_as_the_history_grows():
             kept = mask.apply_keyed(view, keys, session_id="s1")
             assert kept == mask.apply_keyed(view, keys), len(view)
             assert kept[0] == mask.apply(view)
+
+
+def test_a_mask_is_hashable_so_its_policy_key_is_made_once() -> None:
+    """Compaction keys its measure by the policies' reprs, kept per (trigger, mask): an
+    unhashable mask made them again on every read and write."""
+    from memstack.compaction.triggers import Tokens
+    from memstack.layers.compaction.session import _policy_key, _reprs
+
+    one = Mask(templates={"read": "[read {path}]"}, keep_fields={"get": ["id"]}, tools=["read"])
+    same = Mask(templates={"read": "[read {path}]"}, keep_fields={"get": ["id"]}, tools=["read"])
+    other = Mask(templates={"read": "[{path}]"}, keep_fields={"get": ["id"]}, tools=["read"])
+    assert hash(one) == hash(same) and one == same and one != other
+    trigger = Tokens(60_000, target=30_000)
+    _policy_key(trigger, one)
+    hits = _reprs.cache_info().hits
+    assert _policy_key(trigger, same) == _policy_key(trigger, one) != _policy_key(trigger, other)
+    assert _reprs.cache_info().hits == hits + 2

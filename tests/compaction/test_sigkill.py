@@ -5,19 +5,30 @@ from __future__ import annotations
 import asyncio
 import os
 import random
-import subprocess
-import sys
 import time
+from multiprocessing.process import BaseProcess
 from pathlib import Path
 
 from memstack.compaction import Mask
 from memstack.compaction.records import is_record, parse_record
 from memstack.history import history_problems
 
-from .sigkill_child import open_session, turn
+from ..forked import CONTEXT, redirect
+from .sigkill_child import main, open_session, turn
 
-CHILD = Path(__file__).with_name("sigkill_child.py")
-ROOT = Path(__file__).resolve().parents[2]
+
+def _write_until_killed(db: str, out: str) -> None:
+    """The child: ``sigkill_child.main`` with its stdout in ``out``, line by line."""
+    redirect(1, out, os.O_WRONLY | os.O_TRUNC)
+    asyncio.run(main(db))
+
+
+def _wait_until_ready(out: Path, child: BaseProcess, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while not out.read_text().startswith("ready\n"):
+        assert child.is_alive(), f"the child ended before it was ready: {child}"
+        assert time.monotonic() < deadline, f"the child never said ready: {child}"
+        time.sleep(0.005)
 
 
 async def check(db: Path, acked: int) -> int:
@@ -45,25 +56,20 @@ async def check(db: Path, acked: int) -> int:
 
 def test_sigkill_at_random_moments_loses_nothing(tmp_path: Path) -> None:
     db = tmp_path / "killed.db"
-    env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    out = tmp_path / "child.out"
     rng = random.Random(20240521)
     acked = rounds = 0
     last_lines: list[str] = []  # what each child printed last: where the kill landed
     while rounds < 8 or (len(set(last_lines)) < 2 and rounds < 16):
-        child = subprocess.Popen(
-            [sys.executable, str(CHILD), str(db)],
-            stdout=subprocess.PIPE,
-            text=True,
-            cwd=tmp_path,
-            env=env,
-        )
-        assert child.stdout is not None
-        assert child.stdout.readline().strip() == "ready"
+        out.write_text("")
+        child = CONTEXT.Process(target=_write_until_killed, args=(str(db), str(out)))
+        child.start()
+        _wait_until_ready(out, child)
         time.sleep(rng.uniform(0.02, 0.5))
-        child.kill()
-        child.wait(timeout=30)
-        lines = child.stdout.read().split("\n")
-        child.stdout.close()
+        child.kill()  # SIGKILL
+        child.join(timeout=30)
+        assert child.exitcode == -9, child.exitcode
+        lines = out.read_text().split("\n")
         acks = [int(line.split()[1]) for line in lines if line.startswith("acked")]
         acked = max([acked, *acks])
         last_lines.append(([line.split()[0] for line in lines if line] or ["ready"])[-1])

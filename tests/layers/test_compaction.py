@@ -531,6 +531,11 @@ async def test_the_recommended_stack_dates_summaries_through_encryption() -> Non
             {"strategy": [FIELDS, summarize()], "carry_fields": True, "carry_beyond_turn": "x"},
             "carry_beyond_turn",
         ),
+        ({"strategy": [FIELDS, summarize()], "carry_turn_fields": {"s": ["a"]}}, "needs carry"),
+        (
+            {"strategy": [FIELDS, summarize()], "carry_fields": True, "carry_turn_fields": ["a"]},
+            "keep_fields must map",
+        ),
         ({"strategy": summarize(), "cooldown": 2}, "cooldown needs a trigger"),
         ({"strategy": summarize(), "trigger": Items(10), "cooldown": -1}, "cooldown"),
     ],
@@ -614,6 +619,49 @@ async def test_carried_key_fields_stand_after_the_summary_until_the_user_speaks(
     await session.add_items([{"role": "assistant", "content": "All checked."}])
     await session.add_items([{"role": "user", "content": "thanks"}, *order_lookup(7)])
     await session.add_items([{"role": "assistant", "content": "Anything else?"}])
+    view = await session.get_items()
+    assert history_problems(view) == []
+    assert not any("Kept" in str(item.get("output", "")) for item in view)
+
+
+def search(n: int) -> list[dict[str, Any]]:
+    # Each flight is longer than a part (160 characters): cut into its members.
+    flights = [
+        {"flight_number": f"HAT{n}{k}", "origin": "DTW", "status": "available",
+         "seats": {"economy": k}, "prices": {"economy": 100 + k}, "note": "x" * 99}
+        for k in range(4)
+    ]  # fmt: skip
+    return [
+        {"type": "function_call", "call_id": f"s{n}", "name": "search",
+         "arguments": f'{{"date": "2024-05-1{n}"}}'},
+        {"type": "function_call_output", "call_id": f"s{n}", "output": json.dumps(flights)},
+    ]  # fmt: skip
+
+
+async def test_turn_fields_are_carried_in_the_turn_though_old_answers_keep_none() -> None:
+    session = CompactionSession(
+        InMemorySession("s"),
+        strategy=[FIELDS, summarize()],
+        trigger=Items(6, target=2),
+        carry_fields=True,
+        carry_turn_fields={"search": ["[*].flight_number", "[*].prices"]},
+    )
+    assert "carry_turn_fields={'search': ['[*].flight_number', '[*].prices']}" in repr(session)
+    await session.add_items([{"role": "user", "content": "find me a flight"}])
+    for n in range(1, 5):
+        await session.add_items(search(n))
+        view = await session.get_items()
+        assert history_problems(view) == [] and await session.get_items() == view
+    carried = [i for i in view if i.get("type") == "function_call_output" and "Kept" in i["output"]]
+    assert carried and carried[0]["output"].startswith(
+        '[answered earlier] Kept from it, verbatim:\n"flight_number": "HAT10"\n'
+        '"prices": {"economy": 100}\n"flight_number": "HAT11"'
+    )
+    assert "available" not in carried[0]["output"]  # only the named members
+    # Once the user has answered, an old search keeps nothing: the Mask has no fields for it.
+    await session.add_items([{"role": "assistant", "content": "HAT10 costs 100."}])
+    await session.add_items([{"role": "user", "content": "book it"}, *search(5)])
+    await session.add_items([{"role": "assistant", "content": "Done."}])
     view = await session.get_items()
     assert history_problems(view) == []
     assert not any("Kept" in str(item.get("output", "")) for item in view)

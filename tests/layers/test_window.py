@@ -99,7 +99,8 @@ def view_from(items: Sequence[Item], start: int, lookback: int) -> list[Item]:
     kept = [i for i in range(start) if i >= region and is_pinned(items[i])]
     users = [i for i in range(start) if is_user_message(items[i])]
     if users and not any(is_user_message(x) for x in items[start:]) and users[-1] not in kept:
-        task = max(i for i, x in enumerate(items) if is_user_message(x) and cut_points(items)[i])
+        ok = cut_points(items)  # once, not once per item: this oracle runs ~10^5 times
+        task = max(i for i, x in enumerate(items) if is_user_message(x) and ok[i])
         if task < start:
             kept = sorted([*kept, task])
     return [*(items[i] for i in kept), *items[start:]]
@@ -134,10 +135,12 @@ def all_starts(items: Sequence[Item], options: Options) -> list[int]:
 
 def starts_of(items: Sequence[Item], view: Sequence[Item], options: Options) -> list[int]:
     """Allowed starts whose view is ``view`` (several when only pinned items lie between)."""
+    # The view ends with items[s:], so no start before len(items) - len(view) can give it.
+    earliest = len(items) - len(view)
     found = [
         s
         for s in all_starts(items, options)
-        if view_from(items, s, options.pinned_lookback) == list(view)
+        if s >= earliest and view_from(items, s, options.pinned_lookback) == list(view)
     ]
     assert found, "the view is not pinned items (and the task) before an allowed start + a suffix"
     return found

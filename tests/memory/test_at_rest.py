@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -48,11 +49,13 @@ async def test_forget_scope_leaves_no_plaintext_in_the_sqlite_file(tmp_path: Pat
 async def test_forget_scope_vacuums_postgresql(tmp_path: Path) -> None:
     require_service("PostgreSQL", POSTGRES_URL)
     store = MemoryStore.from_url(POSTGRES_URL)
-    marker = f"{SECRET}{tmp_path.name[-6:]}"
+    # A scope and marker of this run's own: other runs share the test database.
+    run = uuid.uuid4().hex[:8]
+    marker, scope = f"{SECRET}{run}", f"pg-forget-{run}"
     try:
         for n in range(50):
-            await store.remember("pg-forget", f"{marker} fact {n}")
-        assert await store.forget("pg-forget") == 50
+            await store.remember(scope, f"{marker} fact {n}")
+        assert await store.forget(scope) == 50
         # Other clients of the shared test database may hold snapshots that still see the
         # deleted rows; the rewrite can drop them only once those end.
         # Generous (two minutes): the wait is for other clients, never what is checked.

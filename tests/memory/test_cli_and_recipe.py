@@ -6,7 +6,6 @@ import asyncio
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -18,6 +17,7 @@ from memstack.memory import MemoryStore
 from memstack.recipes import load_recipe
 
 from ..conftest import shared_data
+from ..forked import run_memstack
 
 KEY = generate_key()
 ROOT = Path(__file__).resolve().parents[2]
@@ -25,13 +25,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def memstack(*args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "MEMORY_KEY": KEY}
-    return subprocess.run(
-        [sys.executable, "-m", "memstack", *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=600,  # "should not hang": the memory benchmark is slow on a busy machine
-    )
+    # "should not hang": the memory benchmark is slow on a busy machine
+    return run_memstack(*args, env=env, timeout=600)
 
 
 @pytest.fixture

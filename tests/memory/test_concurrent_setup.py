@@ -1,15 +1,15 @@
 """Several processes opening a new memory database at once: every one of them remembers.
 So do several opening tables an older memstack made, which each adds an index to.
 
-Real processes, started together behind a barrier, each calling ``MemoryStore.from_url``
-then ``remember`` on tables nobody has created yet (a new SQLite file, or a new
+Real processes (forked from a server that imported memstack once: ``tests.forked``),
+started together behind a barrier, each calling ``MemoryStore.from_url`` then
+``remember`` on tables nobody has created yet (a new SQLite file, or a new
 ``table_prefix`` on PostgreSQL and MariaDB).
 """
 
 from __future__ import annotations
 
 import asyncio
-import multiprocessing
 import uuid
 from pathlib import Path
 from typing import Any
@@ -20,6 +20,7 @@ from sqlalchemy import inspect, text
 from memstack.memory import MemoryStore
 from memstack.memory.schema import ranked_index
 
+from ..forked import CONTEXT
 from .conftest import MEMORY_BACKENDS, memory_url
 
 PROCESSES = 3
@@ -50,12 +51,12 @@ async def _drop(url: str, prefix: str) -> None:
 
 
 
-def _race(context: Any, url: str, prefix: str) -> list[tuple[str, str, str]]:
+def _race(url: str, prefix: str) -> list[tuple[str, str, str]]:
     """``PROCESSES`` processes open the store and remember at once (behind a barrier)."""
-    barrier = context.Barrier(PROCESSES)
-    results = context.Queue()
+    barrier = CONTEXT.Barrier(PROCESSES)
+    results = CONTEXT.Queue()
     workers = [
-        context.Process(target=_remember, args=(url, prefix, f"p{i}", barrier, results))
+        CONTEXT.Process(target=_remember, args=(url, prefix, f"p{i}", barrier, results))
         for i in range(PROCESSES)
     ]
     for worker in workers:
@@ -67,14 +68,13 @@ def _race(context: Any, url: str, prefix: str) -> list[tuple[str, str, str]]:
 
 @pytest.mark.parametrize("backend", MEMORY_BACKENDS)
 def test_processes_creating_the_tables_at_once_all_remember(backend: str, tmp_path: Path) -> None:
-    context = multiprocessing.get_context("spawn")
     failures: list[str] = []
     for round_ in range(ROUNDS):
         folder = tmp_path / f"round{round_}"
         folder.mkdir()
         url = memory_url(backend, folder)
         prefix = f"race{uuid.uuid4().hex[:8]}_"
-        outcomes = _race(context, url, prefix)
+        outcomes = _race(url, prefix)
         failures += [
             f"round {round_} {name}: {what}" for name, status, what in outcomes if status != "ok"
         ]
@@ -133,11 +133,10 @@ def test_processes_opening_tables_made_before_the_ranked_index_all_remember(
     backend: str, tmp_path: Path
 ) -> None:
     """Each process adds the index where it is missing; one does, the others find it."""
-    context = multiprocessing.get_context("spawn")
     url = memory_url(backend, tmp_path)
     prefix = f"old{uuid.uuid4().hex[:8]}_"
     asyncio.run(_tables_before_the_ranked_index(url, prefix))
-    outcomes = _race(context, url, prefix)
+    outcomes = _race(url, prefix)
     indexes = asyncio.run(_terms_indexes(url, prefix))
     if backend != "sqlite":
         asyncio.run(_drop(url, prefix))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -12,6 +13,7 @@ import pytest
 import memstack.memory.minilm as minilm
 from memstack.errors import ConfigurationError
 from memstack.memory import MemoryStore, OnnxMiniLMEmbedder
+from memstack.memory.minilm import THREADS
 
 
 async def test_the_readme_example_recalls_with_no_embedder_given() -> None:
@@ -97,4 +99,17 @@ def test_embedders_share_the_processs_model_so_a_store_per_request_loads_nothing
     first, second = OnnxMiniLMEmbedder(), OnnxMiniLMEmbedder()
     assert first.embed(["hello"]) == second.embed(["hello"])
     assert first._load()[0] is second._load()[0]  # one onnxruntime session
-    assert OnnxMiniLMEmbedder(threads=2)._load()[0] is not first._load()[0]
+    assert OnnxMiniLMEmbedder(threads=3)._load()[0] is not first._load()[0]
+
+
+def test_two_threads_embed_as_one_does() -> None:
+    """Vectors stored by a one-thread process are searched with queries embedded on two
+    (the default where there are two cores, ``THREADS``): they must be the same."""
+    texts = ["what language?", "Prefers answers in French", "x " * 300, "Zoë — ok?"] * 3
+    one, two = OnnxMiniLMEmbedder(threads=1), OnnxMiniLMEmbedder(threads=2)
+    assert OnnxMiniLMEmbedder().threads == THREADS == min(2, os.cpu_count() or 1)
+    for a, b in zip(one.embed(texts), two.embed(texts), strict=True):
+        assert max(abs(x - y) for x, y in zip(a, b, strict=True)) < 1e-6
+    for text in texts[:4]:  # a query alone, as recall embeds it
+        [a], [b] = one.embed([text]), two.embed([text])
+        assert max(abs(x - y) for x, y in zip(a, b, strict=True)) < 1e-6

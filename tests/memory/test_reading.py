@@ -58,3 +58,32 @@ async def test_only_the_returned_memories_are_decoded(
     # The questions were ranked with their weight, as before: none outranks a statement.
     assert not any(memory.text.endswith("?") for memory, _ in found)
     await store.close()
+
+
+async def test_the_query_is_handed_to_the_embedding_worker_before_the_loop_reads_words(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The worker starts at once, not at the search's first wait: it embeds while the loop
+    stems the query and opens its connection."""
+    import threading
+
+    store = MemoryStore.from_url(f"sqlite:///{tmp_path / 'r.db'}", embedder=HashingEmbedder())
+    await store.remember("ana", "Ana went hiking")
+    started = threading.Event()
+    first_hop, terms = reading_module._first_hop, reading_module.query_term_counts
+    seen: list[bool] = []
+
+    def hop(*args: object) -> object:
+        started.set()
+        return first_hop(*args)  # type: ignore[arg-type]
+
+    def stem(query: str) -> dict[str, int]:
+        seen.append(started.wait(timeout=2.0))  # the loop has not waited yet
+        return terms(query)
+
+    monkeypatch.setattr(reading_module, "_first_hop", hop)
+    monkeypatch.setattr(reading_module, "query_term_counts", stem)
+    found = await store.search("ana", "hiking", limit=3)
+    await store.close()
+    assert seen == [True]
+    assert [memory.text for memory, _ in found] == ["Ana went hiking"]

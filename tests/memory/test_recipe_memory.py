@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -19,6 +18,8 @@ from memstack.errors import RecipeError
 from memstack.memory import MemoryStore
 from memstack.recipes import load_recipe
 
+from ..forked import run_memstack
+
 KEY = generate_key()
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -27,13 +28,7 @@ def memstack(*args: str, key: bool = True) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k not in ("MEMORY_KEY", "ASSISTANT_KEY")}
     if key:
         env["MEMORY_KEY"] = env["ASSISTANT_KEY"] = KEY
-    return subprocess.run(
-        [sys.executable, "-m", "memstack", *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
-    )
+    return run_memstack(*args, env=env, timeout=120)
 
 
 def assistant(tmp_path: Path, *, extra: str = "") -> Path:

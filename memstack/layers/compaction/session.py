@@ -30,6 +30,7 @@ What users can rely on (modes, crashes, pop and expiry, ``on_error``) is in READ
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import threading
@@ -111,6 +112,7 @@ class CompactionSession(SessionLayer):
         on_error: Literal["warn", "raise"] = "warn",
         carry_fields: bool = False,
         carry_beyond_turn: Sequence[str] = (),
+        carry_turn_fields: Mapping[str, Sequence[str]] | None = None,
         cooldown: int = 0,
         counter: ItemCounter | None = None,
         model: str | None = None,
@@ -124,6 +126,7 @@ class CompactionSession(SessionLayer):
             on_error=on_error,
             carry_fields=carry_fields,
             carry_beyond_turn=carry_beyond_turn,
+            carry_turn_fields=carry_turn_fields,
             cooldown=cooldown,
             counter=counter,
             model=model,
@@ -136,6 +139,15 @@ class CompactionSession(SessionLayer):
         self.on_error: Literal["warn", "raise"] = options.on_error
         self.carry_fields = options.carry_fields
         self.carry_beyond_turn = options.carry_beyond_turn
+        self.carry_turn_fields = options.carry_turn_fields
+        # What a compaction carries: the Mask's key fields, and the turn-only ones.
+        self._carry_mask = (
+            dataclasses.replace(
+                self.mask, keep_fields={**self.mask.keep_fields, **self.carry_turn_fields}
+            )
+            if self.mask is not None and self.carry_turn_fields
+            else self.mask
+        )
         self.cooldown = options.cooldown
         self.counter: ItemCounter = (
             options.counter if options.counter is not None else default_counter(options.model)
@@ -369,8 +381,10 @@ class CompactionSession(SessionLayer):
             return None
         kept = masked[step.stop :]  # what the model will still see verbatim after the summary
         carried: list[Item] = []
-        if self.carry_fields and self.mask is not None:
-            step, carried = carry(step, res.raw, self.mask, beyond_turn=self.carry_beyond_turn)
+        if self.carry_fields and self._carry_mask is not None:
+            step, carried = carry(
+                step, res.raw, self._carry_mask, beyond_turn=self.carry_beyond_turn
+            )
         # The summary skips what the model still sees: the tail and the carried fields.
         summary = await self.compactor.compact(step.previous, step.covered, kept=[*carried, *kept])
         summary = [*summary, *carried]
@@ -435,6 +449,8 @@ class CompactionSession(SessionLayer):
             options["carry_fields"] = True
         if self.carry_beyond_turn:
             options["carry_beyond_turn"] = list(self.carry_beyond_turn)
+        if self.carry_turn_fields:
+            options["carry_turn_fields"] = {k: list(v) for k, v in self.carry_turn_fields.items()}
         if self.cooldown:
             options["cooldown"] = self.cooldown
         return options
