@@ -203,8 +203,10 @@ async def search(
                     query_terms,
                     weight=policy.expansion,
                 )
-                # Only those that can be returned: the best ``limit`` of the first pass.
-                ids = [row.id for row, _ in first_pass[:limit]]
+                # Only those that can be returned, the best ``limit`` of the first pass, less
+                # the memories that lent the words: scored by their own words, they would
+                # gain most (in a small scope, every memory lends to itself).
+                ids = [row.id for row, _ in first_pass[FEEDBACK_MEMORIES:limit]]
                 gained = await parts.index.scores(conn, scope, extra, ids)
                 for memory_id, score in gained.items():
                     words[memory_id] = words.get(memory_id, 0.0) + score
