@@ -121,16 +121,18 @@ async def search(
             found = decoded[row.id] = memory_from_row(parts.cipher, row)
         return found
 
+    def text_of(row: Row[Any]) -> str:
+        """The row's text, read from a plaintext payload without decoding it if it can be."""
+        text = _plain_text(row.payload)
+        return memory(row).text if text is None else text
+
     def weigh(row: Row[Any]) -> tuple[float, float]:
         """The row's precedence and ``telling`` factor, each computed once."""
         found = weights.get(row.id)
         if found is None:
-            text = _plain_text(row.payload)
-            if text is None:
-                text = memory(row).text
             found = weights[row.id] = (
                 precedence(row, now=now),
-                telling(text, question_weight=policy.question_weight),
+                telling(text_of(row), question_weight=policy.question_weight),
             )
         return found
 
@@ -199,7 +201,7 @@ async def search(
                 # meaning found stays out.
                 first_pass = rank(words, rows, near)
                 extra = expansion_terms(
-                    [(memory(row).text, score) for row, score in first_pass[:FEEDBACK_MEMORIES]],
+                    [(text_of(row), score) for row, score in first_pass[:FEEDBACK_MEMORIES]],
                     query_terms,
                     weight=policy.expansion,
                 )
