@@ -149,7 +149,7 @@ class FullTextIndex:
         self,
         conn: AsyncConnection,
         scope: str,
-        query_terms: Mapping[str, int],
+        query_terms: Mapping[str, float],
         limit: int,
         now: float,
     ) -> Sequence[Row[Any]]:
@@ -188,6 +188,47 @@ class FullTextIndex:
             )
         sql = self.queries.ranked(len(df_by_digest))
         return await fetch_all(conn, sql, params, row=self.queries.ranked_row)
+
+    async def scores(
+        self,
+        conn: AsyncConnection,
+        scope: str,
+        query_terms: Mapping[str, float],
+        ids: Sequence[str],
+    ) -> dict[str, float]:
+        """BM25 of ``query_terms`` for the memories ``ids`` only (those with none: absent).
+
+        What query expansion adds to candidates already found: BM25 sums over terms, so
+        the added terms' scores add to the first query's, read by memory id instead of
+        ranking the scope again.
+        """
+        n_docs, _ = await self.scope_stats(conn, scope)
+        if n_docs == 0 or not ids or not query_terms:
+            return {}
+        digests: dict[int, str] = {}
+        for term in query_terms:
+            for digest in self.cipher.term_digests(scope, term):
+                digests[digest] = term
+        df_by_digest = await self._document_frequencies(conn, scope, list(digests))
+        if not df_by_digest:
+            return {}
+        df_by_term: dict[str, int] = defaultdict(int)
+        for digest, df in df_by_digest.items():
+            df_by_term[digests[digest]] += df
+        weights = {
+            term: self.bm25.idf(min(df, n_docs), n_docs) * query_terms[term]
+            for term, df in df_by_term.items()
+        }
+        params: dict[str, Any] = {f"i{i}": memory_id for i, memory_id in enumerate(ids)}
+        params.update({f"t{i}": digest for i, digest in enumerate(df_by_digest)})
+        sql = self.queries.impacts(len(ids), len(df_by_digest))
+        totals: dict[str, float] = {}
+        for row_scope, memory_id, digest, impact in await fetch_all(conn, sql, params):
+            if row_scope != scope:
+                continue
+            gained = float(impact) * weights[digests[int(digest)]]
+            totals[memory_id] = totals.get(memory_id, 0.0) + gained
+        return totals
 
 
 def weighted_terms(memory: Memory) -> dict[str, int]:

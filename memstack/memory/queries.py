@@ -61,6 +61,8 @@ class RecallQueries:
         self.ranked = lru_cache(maxsize=64)(self._ranked)
         self.live_by_ids = lru_cache(maxsize=256)(self._live_by_ids)
 
+        self.impacts = lru_cache(maxsize=256)(self._impacts)
+
     def _frequencies(self, count: int) -> str:
         """``(term, df)`` of terms ``:t0…``, each counted up to ``:cap`` postings."""
         parts = [
@@ -76,6 +78,20 @@ class RecallQueries:
         # (scope, key) index instead, every row of the scope (45 ms a recall at 100,000).
         ids = ", ".join(f":i{i}" for i in range(count))
         return f"SELECT {self.columns} FROM {self.memories} AS m WHERE m.id IN ({ids}) AND {_LIVE}"
+
+    def _impacts(self, ids: int, terms: int) -> str:
+        """``(scope, memory_id, term, impact)`` of terms ``:t0…`` in memories ``:i0…``.
+
+        Query expansion scores the candidates it has. By memory id only, as above: with
+        ``scope = :scope`` SQLite reads every posting of each term through the ranked
+        index (a common term's thousands); the caller checks the scope on the rows.
+        """
+        in_ids = ", ".join(f":i{i}" for i in range(ids))
+        in_terms = ", ".join(f":t{i}" for i in range(terms))
+        return (
+            f"SELECT scope, memory_id, term, impact FROM {self.terms} "
+            f"WHERE memory_id IN ({in_ids}) AND term IN ({in_terms})"
+        )
 
     def _ranked(self, count: int) -> str:
         """Live rows of the best ``:limit`` memories for terms ``:t0…`` weighted ``:w0…``."""

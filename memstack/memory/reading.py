@@ -24,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextvars
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -32,6 +32,7 @@ from sqlalchemy import and_, select
 from sqlalchemy.engine import Row
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from memstack.memory.expansion import FEEDBACK_MEMORIES, expansion_terms
 from memstack.memory.fetch import fetch_all
 from memstack.memory.models import Memory
 from memstack.memory.parts import StoreParts
@@ -120,18 +121,46 @@ async def search(
             found = decoded[row.id] = memory_from_row(parts.cipher, row)
         return found
 
+    def text_of(row: Row[Any]) -> str:
+        """The row's text, read from a plaintext payload without decoding it if it can be."""
+        text = _plain_text(row.payload)
+        return memory(row).text if text is None else text
+
     def weigh(row: Row[Any]) -> tuple[float, float]:
         """The row's precedence and ``telling`` factor, each computed once."""
         found = weights.get(row.id)
         if found is None:
-            text = _plain_text(row.payload)
-            if text is None:
-                text = memory(row).text
             found = weights[row.id] = (
                 precedence(row, now=now),
-                telling(text, question_weight=policy.question_weight),
+                telling(text_of(row), question_weight=policy.question_weight),
             )
         return found
+
+    def rank(
+        words: Mapping[str, float], rows: Mapping[str, Row[Any]], near: Sequence[tuple[str, float]]
+    ) -> list[tuple[Row[Any], float]]:
+        """``rows``, best first: BM25 totals (``words``) fused with the vector hits' cosines
+        (``near``), weighed by precedence and telling."""
+        if not rows:
+            return []
+        if semantic is None:
+            best = max(words.values())
+            relevance = {memory_id: total / best for memory_id, total in words.items()}
+        else:
+            fused = fuse_scores(
+                words,
+                [(i, cosine) for i, cosine in near if i in rows],
+                weight=policy.semantic_weight,
+            )
+            top = max(fused.values()) or 1.0
+            relevance = {memory_id: score / top for memory_id, score in fused.items()}
+        scored = []
+        for memory_id, row in rows.items():
+            if wanted is None or row.kind in wanted:
+                weight, tells = weigh(row)
+                scored.append((row, relevance[memory_id] * weight * tells))
+        scored.sort(key=lambda pair: (-pair[1], -pair[0].created_at, pair[0].id))
+        return scored
 
     try:
         now = parts.now()
@@ -163,33 +192,33 @@ async def search(
                     by_meaning = await _live_rows(
                         conn, parts.index.queries, scope, near_ids, by_words, now
                     )
+            rows = {row.id: row for row in [*by_words, *by_meaning]}  # no id in both
+            words = {row.id: float(row.total) for row in by_words}
+            if policy.expansion > 0 and words:
+                # The best first memories' words re-rank what the question found
+                # (``memstack.memory.expansion``): BM25 sums over terms, so their scores
+                # add to the first query's; a memory neither the question's words nor its
+                # meaning found stays out.
+                first_pass = rank(words, rows, near)
+                extra = expansion_terms(
+                    [(text_of(row), score) for row, score in first_pass[:FEEDBACK_MEMORIES]],
+                    query_terms,
+                    weight=policy.expansion,
+                )
+                # Only those that can be returned, the best ``limit`` of the first pass, less
+                # the memories that lent the words: scored by their own words, they would
+                # gain most (in a small scope, every memory lends to itself).
+                ids = [row.id for row, _ in first_pass[FEEDBACK_MEMORIES:limit]]
+                gained = await parts.index.scores(conn, scope, extra, ids)
+                for memory_id, score in gained.items():
+                    words[memory_id] = words.get(memory_id, 0.0) + score
         if first is not None:
             first.result()
     finally:
         blocks_read.cancel()  # set, or the search failed before the vectors were read
         if first is not None and not first.cancel() and not first.cancelled():
             first.exception()  # retrieved: a database failure is the one reported
-    rows = {row.id: row for row in [*by_words, *by_meaning]}  # no id in both
-    if not rows:
-        return []
-    if semantic is None:
-        best = float(by_words[0].total)
-        relevance = {row.id: float(row.total) / best for row in by_words}
-    else:
-        fused = fuse_scores(
-            {row.id: float(row.total) for row in by_words},
-            [(i, cosine) for i, cosine in near if i in rows],
-            weight=policy.semantic_weight,
-        )
-        top = max(fused.values()) or 1.0
-        relevance = {memory_id: score / top for memory_id, score in fused.items()}
-    scored = []
-    for memory_id, row in rows.items():
-        if wanted is None or row.kind in wanted:
-            weight, tells = weigh(row)
-            scored.append((row, relevance[memory_id] * weight * tells))
-    scored.sort(key=lambda pair: (-pair[1], -pair[0].created_at, pair[0].id))
-    return [(memory(row), score) for row, score in scored[:limit]]
+    return [(memory(row), score) for row, score in rank(words, rows, near)[:limit]]
 
 
 _TEXT_FIRST = '{"text":"'

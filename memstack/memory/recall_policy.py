@@ -55,6 +55,10 @@ class RecallPolicy:
     #: someone asked ("what was the event like?") holds no fact, yet it shares the words
     #: and the form of the question recall is asked (``memstack.memory.ranking.telling``).
     question_weight: float = 0.3
+    #: Query expansion: terms of the best first memories join a second full-text query,
+    #: the best weighted this much against the question's own (0: one full-text query;
+    #: ``memstack.memory.expansion``).
+    expansion: float = 0.25
 
     def __post_init__(self) -> None:
         _number("semantic_weight", self.semantic_weight, 0.0, 1.0)
@@ -63,6 +67,7 @@ class RecallPolicy:
         _number("feedback", self.feedback, 0, 50)
         _number("feedback_weight", self.feedback_weight, 0.0, 10.0)
         _number("question_weight", self.question_weight, 0.0, 1.0)
+        _number("expansion", self.expansion, 0.0, 1.0)
         if not isinstance(self.feedback, int):
             raise ConfigurationError(
                 f"feedback must be an int, not {self.feedback!r}", layer=_LAYER
