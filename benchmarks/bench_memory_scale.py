@@ -35,6 +35,7 @@ from pathlib import Path
 from memstack.bench.memory_bench import load_locomo
 from memstack.bench.transcripts import DATA_DIR
 from memstack.memory import MemoryStore
+from memstack.memory.recall_policy import RecallPolicy
 from memstack.memory.vectors import Embedder, embedder_named
 
 TARGET_P95_MS = 20.0
@@ -145,11 +146,15 @@ async def run(
     }
 
 
-async def measure_only(url: str, scope: str, tokens: int) -> dict[str, float]:
+async def measure_only(
+    url: str, scope: str, tokens: int, expansion: float | None = None
+) -> dict[str, float]:
     """Latency on a scope filled earlier (by a previous run with --keep, or by hand)."""
     conversations = load_locomo(DATA_DIR / "locomo_dev.jsonl")
     questions = [q.text for c in conversations for q in c.questions]
-    store = MemoryStore.from_url(url)  # the default embedder: semantic recall on
+    policy = None if expansion is None else RecallPolicy(expansion=expansion)
+    # The default embedder: semantic recall on.
+    store = MemoryStore.from_url(url, recall_policy=policy)
     cpu: list[float] = []
     try:
         millis = await _measure(store, scope, questions, tokens, cpu)
@@ -174,6 +179,9 @@ def main() -> int:
     parser.add_argument("--measure-only", metavar="URL", help="only time recall on URL's --scope")
     parser.add_argument("--scope", default="big")
     parser.add_argument(
+        "--expansion", type=float, help="with --measure-only: RecallPolicy.expansion (0: off)"
+    )
+    parser.add_argument(
         "--embedder", help="also embed and fuse: 'default' (int8 MiniLM), 'minilm', 'hashing'"
     )
     parser.add_argument(
@@ -181,7 +189,9 @@ def main() -> int:
     )
     args = parser.parse_args()
     if args.measure_only:
-        found = asyncio.run(measure_only(args.measure_only, args.scope, args.tokens))
+        found = asyncio.run(
+            measure_only(args.measure_only, args.scope, args.tokens, args.expansion)
+        )
         print(
             f"{found['memories']:,} memories: recall p50 {found['p50']:.1f} ms, "
             f"p95 {found['p95']:.1f} ms, max {found['max']:.1f} ms; CPU per recall (all "
