@@ -159,12 +159,13 @@ def _index_terms(conn: Connection, tables: Tables) -> None:
 
 
 def _lost_race(exc: DBAPIError) -> bool:
-    """Whether another process created a table, or the version row, first (or held the
-    file): worth another look. A database that cannot be reached is not."""
+    """Whether another process created a table, or the version row, first, dropped the
+    index an older memstack made first, or held the file: worth another look. A
+    database that cannot be reached is not."""
     if isinstance(exc, IntegrityError | ProgrammingError):  # duplicate row, type or table
         return True
     message = str(exc.orig).lower()
-    return "already exists" in message or "locked" in message
+    return any(sign in message for sign in ("already exists", "locked", "no such index"))
 
 
 async def _check_version(conn: AsyncConnection, tables: Tables) -> None:

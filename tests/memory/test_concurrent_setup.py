@@ -16,8 +16,10 @@ from typing import Any
 
 import pytest
 from sqlalchemy import inspect, text
+from sqlalchemy.exc import DBAPIError
 
 from memstack.memory import MemoryStore
+from memstack.memory.database import _lost_race
 from memstack.memory.schema import ranked_index
 
 from ..forked import CONTEXT
@@ -143,3 +145,22 @@ def test_processes_opening_tables_made_before_the_ranked_index_all_remember(
     assert [what for _, status, what in outcomes if status != "ok"] == []
     assert f"ix_{prefix}y_terms_ranked" in indexes
     assert f"ix_{prefix}y_terms_impact" not in indexes
+
+
+async def test_an_index_another_process_dropped_first_is_a_race_lost_not_a_failure(
+    tmp_path: Path,
+) -> None:
+    """Two processes saw the older index and both drop it: SQLite tells the second "no such
+    index" (seen in this module's race under load), which must be looked at again, as a
+    table another process created first is."""
+    store = MemoryStore.from_url(f"sqlite:///{tmp_path / 'm.db'}", embedder=None)
+    try:
+        async with store.engine.connect() as conn:
+            with pytest.raises(DBAPIError) as dropped:
+                await conn.execute(text("DROP INDEX ix_gone_y_terms_impact"))
+            with pytest.raises(DBAPIError) as unreachable:
+                await conn.execute(text("SELECT * FROM no_such_table"))
+    finally:
+        await store.close()
+    assert _lost_race(dropped.value)
+    assert not _lost_race(unreachable.value)  # not every error is a race
