@@ -124,21 +124,25 @@ def _field_spans(text: str, fields: Sequence[str], width: int) -> list[tuple[str
 
 
 def _field_pattern(field: str) -> tuple[re.Pattern[str], re.Pattern[str] | None]:
-    """The field as a pattern (``[*]`` stands for any index), and the element holding it.
+    """The field as a pattern (``[*]`` stands for any index), and the parts holding it.
 
-    ``[*].price`` keeps the ``price`` member of every element of a list; an element short
-    enough to be one part (``[2]``) is kept whole, since it holds that member.
+    ``[*].price`` keeps the ``price`` member of every element of a list. A list or an
+    element short enough to be one part holds that member whole, so it is kept whole:
+    for ``flights[*].price`` a short ``flights`` list, or one short ``flights[2]``.
     """
     pieces = [re.escape(piece) for piece in field.split("[*]")]
     exact = re.compile(r"\[\d+\]".join(pieces))
     if len(pieces) == 1:
         return exact, None
-    holder = re.compile(r"\[\d+\]".join(pieces[:-1]) + r"\[\d+\]")
-    return exact, holder
+    holders = []
+    for level in range(1, len(pieces)):  # the list before each [*], and its element
+        outer = r"\[\d+\]".join(pieces[:level])
+        holders += [outer, outer + r"\[\d+\]"]
+    return exact, re.compile("|".join(f"(?:{holder})" for holder in holders))
 
 
 def _wanted(path: str, exact: re.Pattern[str], holder: re.Pattern[str] | None) -> bool:
-    """``path`` is the field, lies under it, or is the list element that holds it whole."""
+    """``path`` is the field, lies under it, or is a list or element that holds it whole."""
     found = exact.match(path)
     if found is not None:
         return found.end() == len(path) or path[found.end()] in ".["

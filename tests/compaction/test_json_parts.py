@@ -7,6 +7,7 @@ import json
 import pytest
 
 from memstack.bench.in_context import normalized, shown_in_context
+from memstack.compaction import Mask
 from memstack.compaction.json_parts import field_parts, field_runs, field_table, json_parts
 from memstack.compaction.replies import trimmed_reply
 from memstack.errors import ConfigurationError
@@ -139,3 +140,24 @@ def test_a_star_index_keeps_those_members_of_every_element_and_a_short_element_w
     assert field_runs(nested, ["[*].prices"]) == []  # a star stands for one index, not two
     inside = json.dumps({"flights": [flight]})
     assert field_runs(inside, ["flights[*].origin"]) == ['"origin": "DTW"']
+
+
+def test_a_star_field_in_a_list_short_enough_to_be_one_part_keeps_that_list_whole() -> None:
+    """A search with one or two small results: the list (or one pair of a one-stop list)
+    is one part, and holds the field; it is kept whole, not dropped (found in review)."""
+    small = [{"flight_number": "HAT1", "dep": "08:00"}]
+    text = json.dumps({"flights": small, "note": "n" * 200})
+    assert field_runs(text, ["flights[*].flight_number"]) == [f'"flights": {json.dumps(small)}']
+    pairs = [
+        [{"flight_number": "A1", "p": 1}, {"flight_number": "A2", "p": 2}],
+        [{"flight_number": "B1", "x": "y" * 200}, {"flight_number": "B2"}],
+    ]
+    kept = field_runs(json.dumps(pairs), ["[*][*].flight_number"])
+    assert kept[0] == json.dumps(pairs[0])  # the short pair, whole
+    assert '"flight_number": "B1"' in kept[1] and "y" * 50 not in "".join(kept)
+    mask = Mask(
+        default_template="[answered earlier]", keep_fields={"search": ["flights[*].flight_number"]}
+    )
+    call = {"type": "function_call", "call_id": "c", "name": "search", "arguments": "{}"}
+    out = {"type": "function_call_output", "call_id": "c", "output": text}
+    assert "HAT1" in mask.placeholder(call, out)
