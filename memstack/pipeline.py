@@ -148,13 +148,16 @@ async def read(
 
 
 async def _longer(source: Session, size: int, total: int | None) -> tuple[int, int | None]:
-    """The next read's size: four times longer; or all the rows at once when the store
-    counts them cheaply (asked once per read) and holds at most sixteen times ``size``."""
+    """The next read's size, always longer than ``size``: four times longer; or all the
+    rows at once when the store counts them cheaply and holds at most sixteen times
+    ``size``. The count is asked once per read, and again when a read of every row it
+    counted was not the whole history: writers appended since, and the old count would
+    ask for the same rows forever."""
     from memstack.backends.adapters import capabilities_of
 
-    if total is None:
+    if total is None or 0 <= total < size:
         caps = capabilities_of(source)
         total = await caps.count() if caps.counts_cheaply else -1
-    if 0 <= total <= size * _GROWTH * _GROWTH:
+    if size <= total <= size * _GROWTH * _GROWTH:
         return total + 1, total
     return size * _GROWTH, total
