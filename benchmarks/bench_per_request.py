@@ -114,6 +114,9 @@ async def main():
     recipe = production_recipe({url!r})
     store = SQLAlchemySession({session!r}, engine=engine, **{tables!r})
     session = recipe.stack_over(store) if {stack!r} else store
+    if {warm!r}:  # what a server's lifespan does before its first request
+        import memstack
+        await memstack.warm_up(recipe if {stack!r} else None)
     start = time.perf_counter()
     await session.get_items()
     print(time.perf_counter() - start)
@@ -130,6 +133,7 @@ def first_read(variant: str, args: argparse.Namespace) -> float:
         session=f"{variant}-0",
         tables=TABLES,
         stack=variant == "stack",
+        warm=args.warm_up,
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     return float(done.stdout.strip().splitlines()[-1])
@@ -204,6 +208,11 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=8)
     parser.add_argument("--requests", type=int, default=800, help="per phase")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument(
+        "--warm-up",
+        action="store_true",
+        help="the new process calls memstack.warm_up() before its first read, as a server would",
+    )
     args = parser.parse_args()
     sys.exit(asyncio.run(run(args)))
 
