@@ -161,32 +161,19 @@ class FullTextIndex:
         already small. Sums, ranking and the join to the rows run in the database
         (``memstack.memory.queries``): one round trip once frequencies are cached.
         """
-        n_docs, _ = await self.scope_stats(conn, scope)
-        if n_docs == 0:
+        weights = await self._digest_weights(conn, scope, query_terms)
+        if not weights:
             return []
-        digests: dict[int, str] = {}
-        for term in query_terms:
-            for digest in self.cipher.term_digests(scope, term):
-                digests[digest] = term
-        df_by_digest = await self._document_frequencies(conn, scope, list(digests))
-        if not df_by_digest:
-            return []
-        df_by_term: dict[str, int] = defaultdict(int)
-        for digest, df in df_by_digest.items():
-            df_by_term[digests[digest]] += df
         params: dict[str, Any] = {
             "scope": scope,
             "per_term": _POSTINGS_PER_TERM,
             "limit": limit,
             "now": now,
         }
-        for i, digest in enumerate(df_by_digest):
-            term = digests[digest]
+        for i, (digest, weight) in enumerate(weights.items()):
             params[f"t{i}"] = digest
-            params[f"w{i}"] = (
-                self.bm25.idf(min(df_by_term[term], n_docs), n_docs) * query_terms[term]
-            )
-        sql = self.queries.ranked(len(df_by_digest))
+            params[f"w{i}"] = weight
+        sql = self.queries.ranked(len(weights))
         return await fetch_all(conn, sql, params, row=self.queries.ranked_row)
 
     async def scores(
@@ -202,33 +189,44 @@ class FullTextIndex:
         the added terms' scores add to the first query's, read by memory id instead of
         ranking the scope again.
         """
+        if not ids or not query_terms:
+            return {}
+        weights = await self._digest_weights(conn, scope, query_terms)
+        if not weights:
+            return {}
+        params: dict[str, Any] = {f"i{i}": memory_id for i, memory_id in enumerate(ids)}
+        params.update({f"t{i}": digest for i, digest in enumerate(weights)})
+        sql = self.queries.impacts(len(ids), len(weights))
+        totals: dict[str, float] = {}
+        for row_scope, memory_id, digest, impact in await fetch_all(conn, sql, params):
+            if row_scope != scope:
+                continue
+            gained = float(impact) * weights[int(digest)]
+            totals[memory_id] = totals.get(memory_id, 0.0) + gained
+        return totals
+
+    async def _digest_weights(
+        self, conn: AsyncConnection, scope: str, query_terms: Mapping[str, float]
+    ) -> dict[int, float]:
+        """The digests of ``query_terms`` that occur in ``scope``, each with its term's
+        BM25 weight: the idf of the term (its digests' document frequencies summed) times
+        its count in the query. Empty when the scope or the terms hold nothing."""
         n_docs, _ = await self.scope_stats(conn, scope)
-        if n_docs == 0 or not ids or not query_terms:
+        if n_docs == 0:
             return {}
         digests: dict[int, str] = {}
         for term in query_terms:
             for digest in self.cipher.term_digests(scope, term):
                 digests[digest] = term
         df_by_digest = await self._document_frequencies(conn, scope, list(digests))
-        if not df_by_digest:
-            return {}
         df_by_term: dict[str, int] = defaultdict(int)
         for digest, df in df_by_digest.items():
             df_by_term[digests[digest]] += df
-        weights = {
-            term: self.bm25.idf(min(df, n_docs), n_docs) * query_terms[term]
-            for term, df in df_by_term.items()
+        return {
+            digest: self.bm25.idf(min(df_by_term[digests[digest]], n_docs), n_docs)
+            * query_terms[digests[digest]]
+            for digest in df_by_digest
         }
-        params: dict[str, Any] = {f"i{i}": memory_id for i, memory_id in enumerate(ids)}
-        params.update({f"t{i}": digest for i, digest in enumerate(df_by_digest)})
-        sql = self.queries.impacts(len(ids), len(df_by_digest))
-        totals: dict[str, float] = {}
-        for row_scope, memory_id, digest, impact in await fetch_all(conn, sql, params):
-            if row_scope != scope:
-                continue
-            gained = float(impact) * weights[digests[int(digest)]]
-            totals[memory_id] = totals.get(memory_id, 0.0) + gained
-        return totals
 
 
 def weighted_terms(memory: Memory) -> dict[str, int]:
