@@ -27,6 +27,7 @@ list of flights keeps each flight's ``"[*].flight_number"`` and ``"[*].prices"``
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Iterator, Mapping, Sequence
@@ -123,6 +124,7 @@ def _field_spans(text: str, fields: Sequence[str], width: int) -> list[tuple[str
     ]
 
 
+@functools.lru_cache(maxsize=256)  # per masked output per read otherwise; fields are few
 def _field_pattern(field: str) -> tuple[re.Pattern[str], re.Pattern[str] | None]:
     """The field as a pattern (``[*]`` stands for any index), and the parts holding it.
 
