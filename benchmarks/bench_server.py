@@ -113,6 +113,17 @@ def dsn(url: str) -> str:
 # -- the variants -------------------------------------------------------------------------
 
 
+def with_cache_budget(text: str, cache_mb: float) -> str:
+    """A recipe's text with ``[cache] max_bytes`` set to ``cache_mb`` MiB, in place of its own."""
+    kept, inside = [], False
+    for line in text.splitlines():
+        if line.startswith("["):  # a table header ends the one before it
+            inside = line.split("#")[0].strip() == "[cache]"
+        if not inside:
+            kept.append(line)
+    return "\n".join(kept) + f'\n\n[cache]\nmax_bytes = "{cache_mb}MiB"\n'
+
+
 def sql_recipes(
     url: str, only: list[str] | None, cache_mb: int | None = None, copies: Path | None = None
 ) -> list[Variant]:
@@ -128,10 +139,8 @@ def sql_recipes(
         if only and path.stem not in only:
             continue
         if cache_mb is not None and copies is not None:
-            if "cache" in data:
-                raise SystemExit(f"{path.name} sets its own [cache]: drop --cache-mb")
             path = copies / path.name
-            path.write_text(f'{text}\n[cache]\nmax_bytes = "{cache_mb}MiB"\n', encoding="utf-8")
+            path.write_text(with_cache_budget(text, cache_mb), encoding="utf-8")
         args = [str(path), "--url", url]
         if "memory" in data:
             args += ["--memory-url", url]

@@ -12,7 +12,7 @@ import logging
 import os
 import socket
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any, NoReturn
 from urllib.parse import urlparse
@@ -21,6 +21,7 @@ import pytest
 from agents import set_tracing_disabled
 from agents.memory import Session
 
+from memstack import cache
 from memstack.backends import open_backend
 from memstack.bench.transcripts import DATA_DIR, default_transcripts
 from memstack.testing import InMemorySession
@@ -72,6 +73,14 @@ async def _create_default_tables() -> None:
                 await open_backend(url, "tables", engine=engine).get_items(limit=1)
             finally:
                 await engine.dispose()
+
+
+@pytest.fixture(autouse=True)
+def _default_cache_budget() -> Iterator[None]:
+    """Each test starts at the default process cache budget: a shipped recipe sets its own
+    (``[cache]``), and the budget would otherwise depend on which test ran before."""
+    cache.configure(max_bytes=cache.DEFAULT_MAX_BYTES)
+    yield
 
 
 def _reachable(url: str) -> bool:
