@@ -92,6 +92,7 @@ async def test_a_failure_is_never_cached_and_plaintext_never_enters_the_cache() 
             await session.get_items()
     store.rows[0] = good
     assert await session.get_items() == ITEMS[:1]
+
     def entries() -> int:  # items kept one by one, and reads kept whole
         kinds = cache.stats()
         return sum(kinds[kind].entries for kind in ("envelopes", "opened") if kind in kinds)

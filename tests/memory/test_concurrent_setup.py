@@ -52,7 +52,6 @@ async def _drop(url: str, prefix: str) -> None:
     await store.close()
 
 
-
 def _race(url: str, prefix: str) -> list[tuple[str, str, str]]:
     """``PROCESSES`` processes open the store and remember at once (behind a barrier)."""
     barrier = CONTEXT.Barrier(PROCESSES)
@@ -67,6 +66,7 @@ def _race(url: str, prefix: str) -> list[tuple[str, str, str]]:
     for worker in workers:
         worker.join(timeout=60)
     return outcomes
+
 
 @pytest.mark.parametrize("backend", MEMORY_BACKENDS)
 def test_processes_creating_the_tables_at_once_all_remember(backend: str, tmp_path: Path) -> None:
