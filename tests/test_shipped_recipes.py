@@ -9,7 +9,6 @@ from typing import Any
 
 import pytest
 
-from memstack import cache
 from memstack.crypto import generate_key
 from memstack.layers.memory import MemorySession
 from memstack.recipes import Recipe, load_recipe
@@ -60,8 +59,6 @@ def test_production_recipe_is_the_blueprint() -> None:
     recipe = load_recipe(RECIPES / "production.toml")
     assert recipe.url.startswith("postgresql")
     assert [spec.layer for spec in recipe.layers] == ["ttl", "encrypted", "compaction", "window"]
-    # Served per request, it holds the server's growth near bare + 25 MB (issue 21).
-    assert cache.max_bytes() == 24 << 20 < cache.DEFAULT_MAX_BYTES
 
 
 def _test_url(recipe_url: str, tmp_path: Path) -> str:
