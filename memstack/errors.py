@@ -13,6 +13,7 @@ Every failure memstack can report derives from one root, so applications can cat
     │   ├── CapabilityError       the store cannot do an operation (atomically)
     │   ├── TransientError        deadlock or serialisation failure on every attempt
     │   └── StoredItemError       a stored value no layer can read (``memstack repair``)
+    │       └── ForeignRecordError  another layer's stored format, read by a stack without it
     ├── DecryptionError           wrong or missing key, tampered or unknown envelope
     ├── SummarizerError           a summariser failed, timed out or answered unusably
     ├── ContentBlockedError       redaction found data its policy blocks; nothing was stored
@@ -35,6 +36,7 @@ __all__ = [
     "ContentBlockedError",
     "DecryptionError",
     "DistillationError",
+    "ForeignRecordError",
     "ItemValidationError",
     "MemoryTooLargeError",
     "MemstackError",
@@ -140,6 +142,15 @@ class StoredItemError(BackendError):
     ) -> None:
         super().__init__(message, layer=layer, session_id=session_id)
         self.position = position
+
+
+class ForeignRecordError(StoredItemError):
+    """A value in a layer's own stored format reached a stack without that layer.
+
+    The stack was built from another recipe, or a layer was removed: read the session
+    through a stack with the layer named in ``layer``. The value is not damaged, so
+    ``memstack repair`` must not remove it.
+    """
 
 
 class DecryptionError(MemstackError):

@@ -44,6 +44,7 @@ from memstack.base import stored_values
 from memstack.crypto.envelope import SessionCipher, is_envelope
 from memstack.crypto.legacy import is_sdk_envelope
 from memstack.errors import BackendError, CapabilityError, ConfigurationError
+from memstack.formats import ENCRYPTION_FORMATS, refuse_foreign
 from memstack.options import Count, Options
 
 if TYPE_CHECKING:
@@ -70,7 +71,9 @@ async def read_stored(inner: Session, caps: StorageCapabilities) -> list[Item]:
 def resealed(
     stored: Sequence[Any], cipher: SessionCipher, open_item: Opener, *, plaintext: bool
 ) -> list[dict[str, Any]]:
-    """``stored`` with every value not under the active key sealed again under it."""
+    """``stored`` with every value not under the active key sealed again under it; another
+    layer's record (a TTL record under a stack without TTL) is refused, never sealed."""
+    refuse_foreign(stored, session_id=cipher.session_id, own=ENCRYPTION_FORMATS)
 
     def fresh(value: Any) -> dict[str, Any]:
         if cipher.is_current(value):

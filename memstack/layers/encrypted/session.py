@@ -42,7 +42,8 @@ from memstack.crypto.envelope import SessionCipher, is_envelope
 from memstack.crypto.keys import KeyProvider, Keyring
 from memstack.crypto.legacy import SDK_KID, SdkEnvelopeReader, is_sdk_envelope
 from memstack.crypto.reseal import read_stored, reseal
-from memstack.errors import ConfigurationError, DecryptionError
+from memstack.errors import ConfigurationError, DecryptionError, ForeignRecordError
+from memstack.formats import ENCRYPTION_FORMATS, refuse_foreign
 from memstack.layers.encrypted.capabilities import EncryptedCapabilities
 from memstack.options import Flag, Options, Size
 from memstack.pipeline import Need
@@ -159,6 +160,7 @@ class EncryptedSession(SessionLayer):
     def _opened(self, stored: Sequence[object]) -> list[dict[str, Any]]:
         if all(is_envelope(value) for value in stored):  # the hot path: one batch
             return self._cipher.open_all(stored)
+        refuse_foreign(stored, session_id=self.session_id, own=ENCRYPTION_FORMATS)
         return [self._open_other(value) for value in stored]
 
     def _open_other(self, stored: object) -> dict[str, Any]:
@@ -218,7 +220,7 @@ class EncryptedSession(SessionLayer):
             return None
         try:
             return self.open(stored)
-        except DecryptionError:
+        except (DecryptionError, ForeignRecordError):
             # Another writer put it there since the look: put it back, then fail.
             await self.write_below([stored], wrapper)
             raise
