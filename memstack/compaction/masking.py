@@ -131,6 +131,8 @@ class Mask:
     #: With ``keep_fields``: a kept member that only repeats the key its object is filed
     #: under (``"gift_card_7": {…, "id": "gift_card_7"}``) is left out.
     drop_echoes: bool = False
+    #: What stands between the placeholder and the kept fields (``keep_fields``).
+    kept_intro: str = " Kept from it, verbatim:\n"
     #: Assistant replies older than the protected turns keep only their sentences that
     #: hold names, verbatim (``memstack.compaction.replies``).
     trim_replies: bool = False
@@ -171,6 +173,10 @@ class Mask:
         ):
             raise ConfigurationError(
                 "templates must map tool names to non-empty placeholder strings", layer="Mask"
+            )
+        if not isinstance(self.kept_intro, str):
+            raise ConfigurationError(
+                f"kept_intro must be a string, got {self.kept_intro!r}", layer="Mask"
             )
         if not isinstance(self.default_template, str) or not self.default_template:
             raise ConfigurationError("default_template must be a non-empty string", layer="Mask")
@@ -470,7 +476,7 @@ class Mask:
             full = raw if isinstance(raw, str) else json.dumps(raw, ensure_ascii=False)
             runs = json_parts.field_runs(full, wanted, drop_echoes=self.drop_echoes)
             if runs:
-                text = f"{text} Kept from it, verbatim:\n" + "\n".join(runs)
+                text = text + self.kept_intro + "\n".join(runs)
         if self.excerpt and output is not None:
             raw = output.get("output")
             full = raw if isinstance(raw, str) else json.dumps(raw, ensure_ascii=False)

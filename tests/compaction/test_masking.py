@@ -479,3 +479,17 @@ def test_drop_echoes_leaves_out_kept_members_that_repeat_their_key() -> None:
     assert short.endswith('"gift_card_7359776": {"source": "gift_card", "amount": 39}}')
     with pytest.raises(ConfigurationError, match="drop_echoes"):
         Mask(drop_echoes=1)  # type: ignore[arg-type]
+
+
+def test_kept_intro_is_what_stands_between_the_placeholder_and_the_kept_fields() -> None:
+    fields = {"get_reservation_details": ["payment_history"]}
+    mask = Mask(default_template="[answered earlier, in part:]", kept_intro="\n", keep_fields=fields)
+    placeholder = mask.apply(support_chat())[2]["output"]
+    assert placeholder == (
+        '[answered earlier, in part:]\n"payment_history": [{"payment_id": "credit_card_4421486", '
+        '"amount": 120}]'
+    )
+    default = Mask(default_template="[answered earlier]", keep_fields=fields)
+    assert " Kept from it, verbatim:\n" in default.apply(support_chat())[2]["output"]
+    with pytest.raises(ConfigurationError, match="kept_intro"):
+        Mask(kept_intro=3)  # type: ignore[arg-type]
