@@ -76,6 +76,7 @@ class QuotingSummarizer:
         line_chars: int = 160,
         keep_fields: Mapping[str, Sequence[str]] | None = None,
         merge_overlaps: bool = False,
+        lead: str = LEAD,
     ) -> None:
         if isinstance(line_chars, bool) or not isinstance(line_chars, int) or line_chars < 40:
             raise ConfigurationError(
@@ -90,6 +91,11 @@ class QuotingSummarizer:
                 layer="QuotingSummarizer",
             )
         self.merge_overlaps = merge_overlaps
+        if not isinstance(lead, str) or not lead.strip():
+            raise ConfigurationError(
+                f"lead must be a non-empty string, got {lead!r}", layer="QuotingSummarizer"
+            )
+        self.lead = lead
 
     async def summarize(self, request: SummaryRequest) -> str:
         candidates = self._candidates(request)
@@ -101,10 +107,10 @@ class QuotingSummarizer:
         for item in request.kept:  # shown verbatim after the summary: no need to quote
             for name in salient_tokens(_any_text(item)):
                 weights.pop(name, None)
-        budget = request.max_tokens - self.counter.count_item({"content": LEAD})
+        budget = request.max_tokens - self.counter.count_item({"content": self.lead})
         chosen = self._pick(candidates, previous, weights, budget)
         # The lead line also keeps a quoted "Traceback …" from reading as a failure report.
-        return "\n".join([LEAD, *self._quotes(candidates, chosen)])
+        return "\n".join([self.lead, *self._quotes(candidates, chosen)])
 
     def _candidates(self, request: SummaryRequest) -> list[_Candidate]:
         """``(names held, line as written, its lines)`` for every quotable line, in order."""
@@ -241,7 +247,8 @@ class QuotingSummarizer:
     def __repr__(self) -> str:
         fields = f", keep_fields={dict(self.keep_fields)!r}" if self.keep_fields else ""
         merge = ", merge_overlaps=True" if self.merge_overlaps else ""
-        return f"QuotingSummarizer(line_chars={self.line_chars}{fields}{merge})"
+        lead = f", lead={self.lead!r}" if self.lead != LEAD else ""
+        return f"QuotingSummarizer(line_chars={self.line_chars}{fields}{merge}{lead})"
 
 
 class _Candidate(NamedTuple):

@@ -222,3 +222,13 @@ async def test_merge_overlaps_quotes_each_line_once_and_fits_more() -> None:
     assert "merge_overlaps=True" in repr(merged.summarizer)
     with pytest.raises(ConfigurationError, match="merge_overlaps"):
         QuotingSummarizer(merge_overlaps=1)  # type: ignore[arg-type]
+
+
+async def test_the_lead_line_can_be_shorter() -> None:
+    lead = "Quoted ($ a call, | its output, > the agent):"
+    strategy = Summarize(QuotingSummarizer(lead=lead), max_tokens=300)
+    [item] = await strategy.compact([], RUN)
+    assert str(item["content"]).split("\n\n", 1)[1].startswith(lead + "\n$ ")
+    assert "lead=" in repr(strategy.summarizer)
+    with pytest.raises(ConfigurationError, match="lead"):
+        QuotingSummarizer(lead="")
