@@ -112,7 +112,7 @@ def field_runs(
     ...            ["origin", "destination"])
     ['"origin": "JFK", "destination": "SEA"']
     >>> field_runs('{"cards": {"gc_7": {"amount": 39, "id": "gc_7"}}}', ["cards"],
-    ...            drop_echoes=True)
+    ...            width=40, drop_echoes=True)
     ['"gc_7": {"amount": 39}']
     """
     runs: list[tuple[int, int]] = []
@@ -165,9 +165,7 @@ def _echoes_in(text: str, at: int, owner: str | None, spans: list[tuple[int, int
             at = _skip(text, _skip(text, at) + 1)  # past the colon
         value = at
         at = _echoes_in(text, value, key if isinstance(key, str) else None, spans)
-        echo = (
-            owner is not None and text[value] == '"' and _DECODER.decode(text[value:at]) == owner
-        )
+        echo = owner is not None and text[value] == '"' and _DECODER.decode(text[value:at]) == owner
         members.append((begin, at, echo))
         at = _skip(text, at)
         if at < len(text) and text[at] == ",":

@@ -259,7 +259,7 @@ class _Candidate(NamedTuple):
 
 
 def _order(key: object) -> tuple[int, int]:
-    return key if isinstance(key, tuple) else (0, 0)  # type: ignore[return-value]
+    return (key[0], key[1]) if isinstance(key, tuple) else (0, 0)
 
 
 def _touches(block: dict[object, str], lines: dict[object, str]) -> bool:
@@ -267,8 +267,8 @@ def _touches(block: dict[object, str], lines: dict[object, str]) -> bool:
     keys = [k for k in (*block, *lines) if isinstance(k, tuple)]
     if len(keys) != len(block) + len(lines) or len({k[0] for k in keys}) != 1:
         return False
-    numbers = sorted({k[1] for k in keys})
-    return numbers[-1] - numbers[0] + 1 == len(numbers)
+    numbers = sorted({int(k[1]) for k in keys})
+    return bool(numbers[-1] - numbers[0] + 1 == len(numbers))
 
 
 def _with_neighbours(quoted: str, lines: Sequence[str], number: int) -> list[tuple[int, str]]:

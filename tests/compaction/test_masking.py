@@ -483,7 +483,9 @@ def test_drop_echoes_leaves_out_kept_members_that_repeat_their_key() -> None:
 
 def test_kept_intro_is_what_stands_between_the_placeholder_and_the_kept_fields() -> None:
     fields = {"get_reservation_details": ["payment_history"]}
-    mask = Mask(default_template="[answered earlier, in part:]", kept_intro="\n", keep_fields=fields)
+    mask = Mask(
+        default_template="[answered earlier, in part:]", kept_intro="\n", keep_fields=fields
+    )
     placeholder = mask.apply(support_chat())[2]["output"]
     assert placeholder == (
         '[answered earlier, in part:]\n"payment_history": [{"payment_id": "credit_card_4421486", '

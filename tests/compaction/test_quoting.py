@@ -214,8 +214,10 @@ async def test_merge_overlaps_quotes_each_line_once_and_fits_more() -> None:
     merged = Summarize(QuotingSummarizer(counter=counter, merge_overlaps=True), max_tokens=100)
     [alone] = await apart.compact([], [said(reply)])
     [once] = await merged.compact([], [said(reply)])
+
     def flights(item: Item) -> list[str]:
         return [line.removeprefix("> ") for line in item["content"].splitlines() if "HAT" in line]
+
     assert len(flights(alone)) > len(set(flights(alone)))  # overlapping quotes repeat lines
     assert len(flights(once)) == len(set(flights(once))) > len(set(flights(alone)))
     assert counter.count_item(once) <= counter.count_item(alone) + 8  # the same budget
