@@ -27,8 +27,10 @@ comes back for. They are carried after the summary as the call and its masked ou
 (the same placeholder an old answer gets, so the pair stays valid for the API) until the
 user speaks again; the next compaction then summarises them like any other history.
 Answers of the tools in ``beyond_turn`` (a user's profile) stay carried for the whole
-conversation. A call made again (same tool, same arguments) is carried with its newest
-answer only.
+conversation; they stand first, before the pinned task message and the summary
+(``pin_lasting``), so from one compaction to the next they stay in the cached prompt
+prefix. A call made again (same tool, same
+arguments) is carried with its newest answer only.
 
 Pure: a function of the plan, the uncovered items and the mask. It runs only when a
 compaction writes a record, so what the model sees stays byte-stable in between.
@@ -45,7 +47,7 @@ from memstack.compaction.masking import Mask
 from memstack.compaction.plan import Plan
 from memstack.history import is_output, is_user_message, item_type, pair_key
 
-__all__ = ["carried_pairs", "carry"]
+__all__ = ["carried_pairs", "carry", "pin_lasting"]
 
 Item = Mapping[str, Any]
 _PAIR = frozenset({"function_call", "function_call_output"})
@@ -66,8 +68,9 @@ def carry(
     newer user message exists they join ``covered`` (to be summarised), but for the
     ``beyond_turn`` tools.
     """
-    before = carried_pairs(plan.previous)
+    before = carried_pairs([*plan.pinned, *plan.previous])  # ``pin_lasting`` pins some
     previous = [dict(item) for item in plan.previous if item_type(item) not in _PAIR]
+    pinned = [dict(item) for item in plan.pinned if item_type(item) not in _PAIR]
     users = [i for i, item in enumerate(raw) if is_user_message(item)]
     newest = users[-1] if users else -1  # the current turn's user message, if uncovered
     turn_ended = newest >= 0
@@ -91,7 +94,27 @@ def carry(
             (i for i, item in enumerate(covered) if not is_user_message(item)), len(covered)
         )
         covered[lead:lead] = released
-    return dataclasses.replace(plan, previous=previous, covered=covered), carried
+    return dataclasses.replace(plan, previous=previous, covered=covered, pinned=pinned), carried
+
+
+def pin_lasting(
+    plan: Plan, carried: Sequence[Item], *, beyond_turn: Collection[str] = ()
+) -> tuple[Plan, list[dict[str, Any]]]:
+    """``plan`` with the pairs carried for good first among its pinned items; the others.
+
+    A compaction rewrites the summary, and a new user turn the task message pinned before
+    it, so what follows them is sent anew; the pairs of the ``beyond_turn`` tools change
+    only when their tool answers again, and in front of both they stay in the cached
+    prompt prefix from one compaction to the next. ``carry`` finds them there again.
+    """
+    keys = {
+        pair_key(item)
+        for item in carried
+        if item_type(item) == "function_call" and item.get("name") in beyond_turn
+    }
+    lasting = [dict(item) for item in carried if pair_key(item) in keys]
+    rest = [dict(item) for item in carried if pair_key(item) not in keys]
+    return dataclasses.replace(plan, pinned=[*lasting, *plan.pinned]), rest
 
 
 def _current_turn(covered: Sequence[Item], newest: int) -> list[Item]:

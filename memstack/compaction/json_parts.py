@@ -23,6 +23,10 @@ Text that is not one JSON object or array gives no parts.
 ``field_parts`` and ``field_runs`` keep the parts at named fields (``flights``,
 ``name.first``); ``[*]`` in a field stands for every element of a list, so a search's
 list of flights keeps each flight's ``"[*].flight_number"`` and ``"[*].prices"``.
+``field_runs(…, drop_echoes=True)`` leaves out a member that only repeats the key its
+object is filed under (``"gift_card_7": {"amount": 39, "id": "gift_card_7"}``), but for
+an object's first member: the key already shows that name with the text that follows it,
+and the rest stays verbatim.
 """
 
 from __future__ import annotations
@@ -99,12 +103,17 @@ def field_parts(text: str, fields: Sequence[str], *, width: int = 160) -> list[t
     return [(path, text[begin:end]) for path, begin, end in _field_spans(text, fields, width)]
 
 
-def field_runs(text: str, fields: Sequence[str], *, width: int = 160) -> list[str]:
+def field_runs(
+    text: str, fields: Sequence[str], *, width: int = 160, drop_echoes: bool = False
+) -> list[str]:
     """``field_parts``, with parts that stood side by side joined as they were written.
 
     >>> field_runs('{"id": "4WQ150", "origin": "JFK", "destination": "SEA", "seats": 3}',
     ...            ["origin", "destination"])
     ['"origin": "JFK", "destination": "SEA"']
+    >>> field_runs('{"cards": {"gc_7": {"amount": 39, "id": "gc_7"}}}', ["cards"],
+    ...            width=40, drop_echoes=True)
+    ['"gc_7": {"amount": 39}']
     """
     runs: list[tuple[int, int]] = []
     for _, begin, end in _field_spans(text, fields, width):
@@ -112,7 +121,60 @@ def field_runs(text: str, fields: Sequence[str], *, width: int = 160) -> list[st
             runs[-1] = (runs[-1][0], end)  # only a separator between: one stretch
         else:
             runs.append((begin, end))
-    return [text[begin:end] for begin, end in runs]
+    if not drop_echoes:
+        return [text[begin:end] for begin, end in runs]
+    echoes = _echo_spans(text)
+    return [_without(text, begin, end, echoes) for begin, end in runs]
+
+
+def _without(text: str, begin: int, end: int, cuts: Sequence[tuple[int, int]]) -> str:
+    """``text[begin:end]`` less the ``cuts`` that lie inside it."""
+    pieces, at = [], begin
+    for start, stop in cuts:
+        if begin <= start and stop <= end:
+            pieces.append(text[at:start])
+            at = stop
+    pieces.append(text[at:end])
+    return "".join(pieces)
+
+
+def _echo_spans(text: str) -> list[tuple[int, int]]:
+    """Spans of members that repeat their object's key, each with one separator, in order."""
+    start = _skip(text, 0)
+    if start >= len(text) or text[start] not in "{[":
+        return []
+    spans: list[tuple[int, int]] = []
+    try:
+        _echoes_in(text, start, None, spans)
+    except ValueError:
+        return []
+    return sorted(spans)
+
+
+def _echoes_in(text: str, at: int, owner: str | None, spans: list[tuple[int, int]]) -> int:
+    """Collect the echoes under the value at ``text[at]`` (filed under ``owner``); its end."""
+    if text[at] not in "{[":
+        return _end(text, at)
+    closing = "}" if text[at] == "{" else "]"
+    at = _skip(text, at + 1)
+    members: list[tuple[int, int, bool]] = []  # begin, end, echo
+    while at < len(text) and text[at] != closing:
+        begin, key = at, None
+        if closing == "}":
+            key, at = _DECODER.raw_decode(text, at)
+            at = _skip(text, _skip(text, at) + 1)  # past the colon
+        value = at
+        at = _echoes_in(text, value, key if isinstance(key, str) else None, spans)
+        echo = owner is not None and text[value] == '"' and _DECODER.decode(text[value:at]) == owner
+        members.append((begin, at, echo))
+        at = _skip(text, at)
+        if at < len(text) and text[at] == ",":
+            at = _skip(text, at + 1)
+    # The first member stays: the key's own text runs on into it (``"gc_7": {"amount"``).
+    for index in range(1, len(members)):
+        if members[index][2]:  # with the separator before it
+            spans.append((members[index - 1][1], members[index][1]))
+    return at + 1
 
 
 def _field_spans(text: str, fields: Sequence[str], width: int) -> list[tuple[str, int, int]]:

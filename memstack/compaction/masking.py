@@ -128,6 +128,11 @@ class Mask:
     #: Per tool, the fields of its JSON answer quoted verbatim in the placeholder
     #: (``{"get_order": ["items", "payment"]}``; ``memstack.compaction.json_parts``).
     keep_fields: Mapping[str, Sequence[str]] = field(default_factory=dict)
+    #: With ``keep_fields``: a kept member that only repeats the key its object is filed
+    #: under (``"gift_card_7": {…, "id": "gift_card_7"}``) is left out.
+    drop_echoes: bool = False
+    #: What stands between the placeholder and the kept fields (``keep_fields``).
+    kept_intro: str = " Kept from it, verbatim:\n"
     #: Assistant replies older than the protected turns keep only their sentences that
     #: hold names, verbatim (``memstack.compaction.replies``).
     trim_replies: bool = False
@@ -153,7 +158,7 @@ class Mask:
             raise ConfigurationError("step must be an int >= 1, got 0", layer="Mask")
         _nonnegative_int("keep_names", self.keep_names)
         _nonnegative_int("excerpt", self.excerpt)
-        for name in ("trim_replies", "trim_restated"):
+        for name in ("trim_replies", "trim_restated", "drop_echoes"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigurationError(
                     f"{name} must be true or false, got {getattr(self, name)!r}", layer="Mask"
@@ -168,6 +173,10 @@ class Mask:
         ):
             raise ConfigurationError(
                 "templates must map tool names to non-empty placeholder strings", layer="Mask"
+            )
+        if not isinstance(self.kept_intro, str):
+            raise ConfigurationError(
+                f"kept_intro must be a string, got {self.kept_intro!r}", layer="Mask"
             )
         if not isinstance(self.default_template, str) or not self.default_template:
             raise ConfigurationError("default_template must be a non-empty string", layer="Mask")
@@ -465,9 +474,9 @@ class Mask:
         if wanted and output is not None:
             raw = output.get("output")
             full = raw if isinstance(raw, str) else json.dumps(raw, ensure_ascii=False)
-            runs = json_parts.field_runs(full, wanted)
+            runs = json_parts.field_runs(full, wanted, drop_echoes=self.drop_echoes)
             if runs:
-                text = f"{text} Kept from it, verbatim:\n" + "\n".join(runs)
+                text = text + self.kept_intro + "\n".join(runs)
         if self.excerpt and output is not None:
             raw = output.get("output")
             full = raw if isinstance(raw, str) else json.dumps(raw, ensure_ascii=False)

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from memstack.compaction.excerpts import agent_text, used_names
 from memstack.compaction.json_parts import field_parts, field_table, json_parts
@@ -75,6 +75,8 @@ class QuotingSummarizer:
         counter: ItemCounter | None = None,
         line_chars: int = 160,
         keep_fields: Mapping[str, Sequence[str]] | None = None,
+        merge_overlaps: bool = False,
+        lead: str = LEAD,
     ) -> None:
         if isinstance(line_chars, bool) or not isinstance(line_chars, int) or line_chars < 40:
             raise ConfigurationError(
@@ -83,6 +85,17 @@ class QuotingSummarizer:
         self.counter: ItemCounter = counter if counter is not None else default_counter()
         self.line_chars = line_chars
         self.keep_fields = field_table(keep_fields, owner="QuotingSummarizer")
+        if not isinstance(merge_overlaps, bool):
+            raise ConfigurationError(
+                f"merge_overlaps must be true or false, got {merge_overlaps!r}",
+                layer="QuotingSummarizer",
+            )
+        self.merge_overlaps = merge_overlaps
+        if not isinstance(lead, str) or not lead.strip():
+            raise ConfigurationError(
+                f"lead must be a non-empty string, got {lead!r}", layer="QuotingSummarizer"
+            )
+        self.lead = lead
 
     async def summarize(self, request: SummaryRequest) -> str:
         candidates = self._candidates(request)
@@ -94,19 +107,19 @@ class QuotingSummarizer:
         for item in request.kept:  # shown verbatim after the summary: no need to quote
             for name in salient_tokens(_any_text(item)):
                 weights.pop(name, None)
-        budget = request.max_tokens - self.counter.count_item({"content": LEAD})
+        budget = request.max_tokens - self.counter.count_item({"content": self.lead})
         chosen = self._pick(candidates, previous, weights, budget)
         # The lead line also keeps a quoted "Traceback …" from reading as a failure report.
-        return "\n".join([LEAD, *(candidates[i][1] for i in sorted(chosen))])
+        return "\n".join([self.lead, *self._quotes(candidates, chosen)])
 
-    def _candidates(self, request: SummaryRequest) -> list[tuple[list[str], str]]:
-        """``(names held, line as written)`` for every line that could be quoted, in order."""
-        out: list[tuple[list[str], str]] = []
-        for line in (request.previous or "").splitlines():
+    def _candidates(self, request: SummaryRequest) -> list[_Candidate]:
+        """``(names held, line as written, its lines)`` for every quotable line, in order."""
+        out: list[_Candidate] = []
+        for number, line in enumerate((request.previous or "").splitlines()):
             if line.strip():
-                out.append((salient_tokens(line), line))
+                out.append(_Candidate(salient_tokens(line), line, "", (((-1, number), line),)))
         labels: dict[object, str] = {}
-        for item in request.items:
+        for index, item in enumerate(request.items):
             mark, text = _marked(item)
             key = pair_key(item)
             if key is not None and not is_output(item):
@@ -117,14 +130,18 @@ class QuotingSummarizer:
                 for path, part in parts:
                     names = salient_tokens(part)
                     if names:
-                        out.append((names, f"{mark}{_where(label, path, part)}{part}"))
+                        quoted = f"{mark}{_where(label, path, part)}{part}"
+                        out.append(_Candidate(names, quoted, "", (((index, path), quoted),)))
                 continue
             lines = [line for line in text.splitlines() if line.strip()]
             for number, line in enumerate(lines):
                 names = salient_tokens(line)
                 if names:
                     quoted = _clip(line, names, self.line_chars)
-                    out.append((names, mark + _with_neighbours(quoted, lines, number)))
+                    block = _with_neighbours(quoted, lines, number)
+                    units = tuple(((index, n), text) for n, text in block)
+                    joined = "\n".join(text for _, text in block)
+                    out.append(_Candidate(names, mark + joined, mark, units))
         return out
 
     def _field_names(self, items: Sequence[Item]) -> list[str]:
@@ -151,7 +168,7 @@ class QuotingSummarizer:
 
     def _pick(
         self,
-        candidates: list[tuple[list[str], str]],
+        candidates: list[_Candidate],
         previous: int,
         weights: dict[str, float],
         max_tokens: int,
@@ -159,14 +176,23 @@ class QuotingSummarizer:
         """Greedy cover: lines by the weight of their new names per character (lazy heap).
 
         The first ``previous`` candidates are the previous summary's lines; their names
-        count at least 1 (the agent used them before, or they would not be there).
+        count at least 1 (the agent used them before, or they would not be there). With
+        ``merge_overlaps`` a line already quoted (a neighbour of another) costs nothing.
         """
+        shown: set[object] = set()
+
+        def size(index: int) -> int:
+            candidate = candidates[index]
+            if not self.merge_overlaps:
+                return len(candidate.text)
+            new = [len(text) + 1 for key, text in candidate.units if key not in shown]
+            return sum(new) + len(candidate.mark) if new else 0
 
         def gain(index: int, covered: set[str]) -> float:
-            names, line = candidates[index]
+            names = candidates[index].names
             floor = 1.0 if index < previous else 0.0
             worth = sum(max(weights.get(n, 0.0), floor) for n in set(names) - covered)
-            return worth / (len(line) + 1)
+            return worth / (size(index) + 1)
 
         covered: set[str] = set()
         heap = [(-gain(i, covered), i) for i in range(len(candidates))]
@@ -182,40 +208,91 @@ class QuotingSummarizer:
             if fresh < -negative - 1e-12:  # stale: push back with its current gain
                 heapq.heappush(heap, (-fresh, index))
                 continue
-            cost = len(candidates[index][1]) + 1
+            cost = size(index) + 1
             if used + cost > budget:
                 continue
             chosen.add(index)
             used += cost
-            covered.update(candidates[index][0])
+            covered.update(candidates[index].names)
+            shown.update(key for key, _ in candidates[index].units)
         while chosen and self._tokens(candidates, chosen) > max_tokens:
             chosen.discard(min(chosen))  # the estimate was short: drop the oldest lines
         return chosen
 
-    def _tokens(self, candidates: list[tuple[list[str], str]], chosen: set[int]) -> int:
-        text = "\n".join(candidates[i][1] for i in sorted(chosen))
+    def _tokens(self, candidates: list[_Candidate], chosen: set[int]) -> int:
+        text = "\n".join(self._quotes(candidates, chosen))
         return self.counter.count_item({"content": text})
+
+    def _quotes(self, candidates: list[_Candidate], chosen: set[int]) -> list[str]:
+        """The chosen quotes in order; with ``merge_overlaps`` the ones that share or
+        touch lines of one item are one quote, each line once (the longest clip of it)."""
+        if not self.merge_overlaps:
+            return [candidates[i].text for i in sorted(chosen)]
+        blocks: list[tuple[str, dict[object, str]]] = []  # mark, lines by (item, number)
+        for i in sorted(chosen):
+            candidate = candidates[i]
+            lines = dict(candidate.units)
+            if blocks and candidate.mark and _touches(blocks[-1][1], lines):
+                merged = blocks[-1][1]
+                for key, text in lines.items():
+                    if len(text) > len(merged.get(key, "")):
+                        merged[key] = text
+                continue
+            blocks.append((candidate.mark, lines) if candidate.mark else ("", {0: candidate.text}))
+        return [
+            mark + "\n".join(lines[key] for key in sorted(lines, key=_order))
+            for mark, lines in blocks
+        ]
 
     def __repr__(self) -> str:
         fields = f", keep_fields={dict(self.keep_fields)!r}" if self.keep_fields else ""
-        return f"QuotingSummarizer(line_chars={self.line_chars}{fields})"
+        merge = ", merge_overlaps=True" if self.merge_overlaps else ""
+        lead = f", lead={self.lead!r}" if self.lead != LEAD else ""
+        return f"QuotingSummarizer(line_chars={self.line_chars}{fields}{merge}{lead})"
 
 
-def _with_neighbours(quoted: str, lines: Sequence[str], number: int) -> str:
+class _Candidate(NamedTuple):
+    names: list[str]
+    text: str  # as quoted alone, with its mark
+    mark: str  # of a quote of lines that can merge with its neighbours ("" for the others)
+    units: tuple[tuple[Any, str], ...]  # ((item, line number) or part, its text) in order
+
+
+def _order(key: object) -> tuple[int, int]:
+    return (key[0], key[1]) if isinstance(key, tuple) else (0, 0)
+
+
+def _touches(block: dict[object, str], lines: dict[object, str]) -> bool:
+    """Whether two quotes of lines share a line or stand side by side in one item."""
+    keys = [k for k in (*block, *lines) if isinstance(k, tuple)]
+    if len(keys) != len(block) + len(lines) or len({k[0] for k in keys}) != 1:
+        return False
+    numbers = sorted({int(k[1]) for k in keys})
+    return bool(numbers[-1] - numbers[0] + 1 == len(numbers))
+
+
+def _with_neighbours(quoted: str, lines: Sequence[str], number: int) -> list[tuple[int, str]]:
     """A short line with the lines after it (or before, at the end) up to ``_SHORT`` chars.
 
     A name on a line of its own ("src/a.py" in a listing) means little without the
-    lines around it; they are quoted with it, verbatim, on their own lines.
+    lines around it; they are quoted with it, verbatim, on their own lines. Each line
+    with its number, in order.
     """
+    block = [(number, quoted)]
+    length = len(quoted)
     after = number + 1
-    while len(quoted) < _SHORT and after < len(lines):
-        quoted = f"{quoted}\n{_clip(lines[after], [], _SHORT)}"
+    while length < _SHORT and after < len(lines):
+        line = _clip(lines[after], [], _SHORT)
+        block.append((after, line))
+        length += len(line) + 1
         after += 1
     before = number - 1
-    while len(quoted) < _SHORT and before >= 0:
-        quoted = f"{_clip(lines[before], [], _SHORT)}\n{quoted}"
+    while length < _SHORT and before >= 0:
+        line = _clip(lines[before], [], _SHORT)
+        block.insert(0, (before, line))
+        length += len(line) + 1
         before -= 1
-    return quoted
+    return block
 
 
 def _any_text(item: Item) -> str:

@@ -15,7 +15,8 @@ Format 1 (a JSON object stored like any other item)::
     {"type": "memstack.compaction", "v": 1, "mode": "append" | "rewrite",
      "method": "summary" | "responses",
      "pinned":  [items],   # kept verbatim: system/developer items of the covered range,
-                           # and its newest user message (a long agent loop's task)
+                           # its newest user message (a long agent loop's task), and
+                           # first, tool answers carried for good (``carry_beyond_turn``)
      "summary": [items],   # what the model sees instead of the covered range
      "count": n,           # raw items covered
      # append mode only: where the covered range is, by content and relative position

@@ -6,7 +6,7 @@ import json
 from typing import Any
 
 from memstack.compaction import Mask
-from memstack.compaction.carry import carried_pairs, carry
+from memstack.compaction.carry import carried_pairs, carry, pin_lasting
 from memstack.compaction.plan import Plan
 from memstack.history import history_problems
 
@@ -130,3 +130,26 @@ def test_a_carried_call_leaves_its_item_id_behind_with_its_reasoning() -> None:
     assert "id" not in carried[0] and carried[0]["call_id"] == "c1"
     assert reasoning in plan.covered  # summarised, as every covered item
     assert history_problems([*previous, *carried]) == []
+
+
+def test_pairs_carried_for_good_are_pinned_first_and_found_there_again() -> None:
+    task = user("cancel my order")
+    raw = [
+        *pair("c1", "get_user", {"payment_methods": {"card_1": {"last_four": "7447"}}}, id="u"),
+        {"role": "assistant", "content": "Hello."},
+        task,
+        *pair("c2", "get_order", {"items": ["lamp"]}, id="A1"),
+        *pair("c3", "cancel", {"ok": True}, id="A1"),
+    ]
+    plan, carried = carry(plan_for(raw, 6, []), raw, MASK, beyond_turn=["get_user"])
+    plan, rest = pin_lasting(plan, carried, beyond_turn=["get_user"])
+    assert [item.get("call_id") for item in plan.pinned] == ["c1", "c1", None]  # then the task
+    assert plan.pinned[2] == task and [item["call_id"] for item in rest] == ["c2", "c2"]
+    # The next compaction in the turn finds the pinned pair, and pins it first again.
+    summary = {"role": "developer", "content": "summary"}
+    tail = raw[6:]
+    again = Plan(None, 2, (), [summary, *rest], tail[:2], list(plan.pinned), 2, 2, [])
+    again, carried = carry(again, tail, MASK, beyond_turn=["get_user"])
+    assert again.pinned == [task] and again.previous == [summary]
+    again, rest = pin_lasting(again, carried, beyond_turn=["get_user"])
+    assert again.pinned == plan.pinned and [item["call_id"] for item in rest] == ["c2", "c2"]

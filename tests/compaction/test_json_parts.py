@@ -161,3 +161,41 @@ def test_a_star_field_in_a_list_short_enough_to_be_one_part_keeps_that_list_whol
     call = {"type": "function_call", "call_id": "c", "name": "search", "arguments": "{}"}
     out = {"type": "function_call_output", "call_id": "c", "output": text}
     assert "HAT1" in mask.placeholder(call, out)
+
+
+PROFILE = json.dumps(
+    {
+        "name": {"first_name": "Mia", "last_name": "Kim"},
+        "payment_methods": {
+            "gift_card_7359776": {"source": "gift_card", "amount": 39, "id": "gift_card_7359776"},
+            "credit_card_4421486": {"source": "credit_card", "brand": "visa",
+                                    "last_four": "7447", "id": "credit_card_4421486"},
+            "certificate_1": {"id": "certificate_1", "amount": 100},
+        },
+        "reservations": ["C4GP7M", "XL2C75"],
+    }
+)  # fmt: skip
+
+
+def test_dropping_echoes_leaves_out_a_member_that_repeats_its_objects_key() -> None:
+    runs = field_runs(PROFILE, ["payment_methods", "reservations"], drop_echoes=True)
+    kept = "\n".join(runs)
+    assert kept.count("gift_card_7359776") == 1 and kept.count("credit_card_4421486") == 1
+    assert '"gift_card_7359776": {"source": "gift_card", "amount": 39}' in kept
+    assert '"credit_card_4421486": {"source": "credit_card", "brand": "visa"' in kept
+    # a first member stays: the key's text runs on into it
+    assert '"certificate_1": {"id": "certificate_1", "amount": 100}' in kept
+    # every name is still shown with its original surroundings
+    holder = normalized(PROFILE)
+    for token in ("gift_card_7359776", "39", "credit_card_4421486", "7447", "certificate_1"):
+        assert shown_in_context(token, [holder], normalized(kept)), token
+    # without the option the runs are the original text, echoes and all
+    assert field_runs(PROFILE, ["payment_methods"]) == [
+        PROFILE[PROFILE.index('"gift_card_7359776"') : PROFILE.index(', "reservations"') - 1]
+    ]
+
+
+def test_dropping_echoes_leaves_a_member_equal_to_another_key_alone() -> None:
+    text = json.dumps({"a": {"x": "b", "y": 1}, "b": {"x": "a", "y": 2}})
+    assert field_runs(text, ["a", "b"], drop_echoes=True) == field_runs(text, ["a", "b"])
+    assert field_runs("[1, 2]", ["[*]"], drop_echoes=True) == ["1, 2"]

@@ -453,3 +453,45 @@ def test_a_mask_is_hashable_so_its_policy_key_is_made_once() -> None:
     hits = _reprs.cache_info().hits
     assert _policy_key(trigger, same) == _policy_key(trigger, one) != _policy_key(trigger, other)
     assert _reprs.cache_info().hits == hits + 2
+
+
+def test_drop_echoes_leaves_out_kept_members_that_repeat_their_key() -> None:
+    profile = json.dumps(
+        {
+            "email": "mia@example.com",
+            "payment_methods": {
+                "gift_card_7359776": {"source": "gift_card", "amount": 39,
+                                      "id": "gift_card_7359776"},
+            },
+        }
+    )  # fmt: skip
+    chat = [
+        {"role": "user", "content": "Pay with my gift card"},
+        call("u1", "get_user_details", user_id="mia_kim_4397"),
+        output("u1", profile + " " * 200),
+        {"role": "assistant", "content": "Done."},
+        {"role": "user", "content": "Thanks."},
+    ]
+    fields = {"get_user_details": ["payment_methods"]}
+    kept = Mask(keep_fields=fields).apply(chat)[2]["output"]
+    short = Mask(keep_fields=fields, drop_echoes=True).apply(chat)[2]["output"]
+    assert kept.count("gift_card_7359776") == 2
+    assert short.endswith('"gift_card_7359776": {"source": "gift_card", "amount": 39}}')
+    with pytest.raises(ConfigurationError, match="drop_echoes"):
+        Mask(drop_echoes=1)  # type: ignore[arg-type]
+
+
+def test_kept_intro_is_what_stands_between_the_placeholder_and_the_kept_fields() -> None:
+    fields = {"get_reservation_details": ["payment_history"]}
+    mask = Mask(
+        default_template="[answered earlier, in part:]", kept_intro="\n", keep_fields=fields
+    )
+    placeholder = mask.apply(support_chat())[2]["output"]
+    assert placeholder == (
+        '[answered earlier, in part:]\n"payment_history": [{"payment_id": "credit_card_4421486", '
+        '"amount": 120}]'
+    )
+    default = Mask(default_template="[answered earlier]", keep_fields=fields)
+    assert " Kept from it, verbatim:\n" in default.apply(support_chat())[2]["output"]
+    with pytest.raises(ConfigurationError, match="kept_intro"):
+        Mask(kept_intro=3)  # type: ignore[arg-type]

@@ -205,3 +205,32 @@ def test_keep_fields_is_checked_and_shown() -> None:
     with pytest.raises(ConfigurationError, match="keep_fields"):
         QuotingSummarizer(keep_fields={"get_order": "items"})
     assert "keep_fields" in repr(QuotingSummarizer(keep_fields={"get_order": ["items"]}))
+
+
+async def test_merge_overlaps_quotes_each_line_once_and_fits_more() -> None:
+    reply = "\n".join(f"- Flight HAT{n:03}: ${100 + n}" for n in range(12))
+    counter = TokenCounter()
+    apart = Summarize(QuotingSummarizer(counter=counter), max_tokens=100)
+    merged = Summarize(QuotingSummarizer(counter=counter, merge_overlaps=True), max_tokens=100)
+    [alone] = await apart.compact([], [said(reply)])
+    [once] = await merged.compact([], [said(reply)])
+
+    def flights(item: Item) -> list[str]:
+        return [line.removeprefix("> ") for line in item["content"].splitlines() if "HAT" in line]
+
+    assert len(flights(alone)) > len(set(flights(alone)))  # overlapping quotes repeat lines
+    assert len(flights(once)) == len(set(flights(once))) > len(set(flights(alone)))
+    assert counter.count_item(once) <= counter.count_item(alone) + 8  # the same budget
+    assert "merge_overlaps=True" in repr(merged.summarizer)
+    with pytest.raises(ConfigurationError, match="merge_overlaps"):
+        QuotingSummarizer(merge_overlaps=1)  # type: ignore[arg-type]
+
+
+async def test_the_lead_line_can_be_shorter() -> None:
+    lead = "Quoted ($ a call, | its output, > the agent):"
+    strategy = Summarize(QuotingSummarizer(lead=lead), max_tokens=300)
+    [item] = await strategy.compact([], RUN)
+    assert str(item["content"]).split("\n\n", 1)[1].startswith(lead + "\n$ ")
+    assert "lead=" in repr(strategy.summarizer)
+    with pytest.raises(ConfigurationError, match="lead"):
+        QuotingSummarizer(lead="")

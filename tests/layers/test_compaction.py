@@ -624,6 +624,48 @@ async def test_carried_key_fields_stand_after_the_summary_until_the_user_speaks(
     assert not any("Kept" in str(item.get("output", "")) for item in view)
 
 
+async def test_pairs_carried_for_good_stand_before_the_summary_so_the_prefix_stays() -> None:
+    lookups = Mask(
+        default_template="[answered earlier]",
+        keep_fields={"get_order": ["items"], "get_user": ["cards"]},
+    )
+    session = CompactionSession(
+        InMemorySession("s"),
+        strategy=[lookups, summarize()],
+        trigger=Items(6, target=2),
+        carry_fields=True,
+        carry_beyond_turn=["get_user"],
+        cooldown=2,
+    )
+    profile = json.dumps({"cards": ["visa_7447"], "address": "Storgata 1, Oslo " * 20})
+    await session.add_items(
+        [
+            {"role": "user", "content": "I am user u1"},
+            {"type": "function_call", "call_id": "u1", "name": "get_user",
+             "arguments": '{"id": "u1"}'},
+            {"type": "function_call_output", "call_id": "u1", "output": profile},
+            {"role": "assistant", "content": "Welcome back."},
+            {"role": "user", "content": "check orders 1 to 8"},
+        ]
+    )  # fmt: skip
+    views = []
+    for n in range(1, 9):
+        await session.add_items(order_lookup(n))
+        views.append(await session.get_items())
+        assert history_problems(views[-1]) == []
+    records = [parse_record(i) for i in await session.inner.get_items() if is_record(i)]
+    assert len(records) >= 3
+    heads = [v for v in views if any(i.get("role") == "developer" for i in v)]
+    for view in heads:
+        pair = next(i for i, item in enumerate(view) if item.get("call_id") == "u1")
+        summary = next(i for i, item in enumerate(view) if item.get("role") == "developer")
+        assert pair < summary  # the profile's pair first, then the summary
+    # From one compaction to the next in the turn, the view up to the summary is the same.
+    starts = [v[: next(i for i, item in enumerate(v) if item.get("role") == "developer")]
+              for v in heads]  # fmt: skip
+    assert len({json.dumps(start) for start in starts[1:]}) == 1
+
+
 def search(n: int) -> list[dict[str, Any]]:
     # Each flight is longer than a part (160 characters): cut into its members.
     flights = [

@@ -46,7 +46,7 @@ from memstack.backends.adapters import capabilities_of
 from memstack.backends.capabilities import Tail
 from memstack.backends.translate import store_errors
 from memstack.base import SessionLayer
-from memstack.compaction.carry import carry
+from memstack.compaction.carry import carried_pairs, carry, pin_lasting
 from memstack.compaction.config import CompactionOptions
 from memstack.compaction.masking import Mask
 from memstack.compaction.plan import Plan, anchors_after, decide
@@ -385,8 +385,12 @@ class CompactionSession(SessionLayer):
             step, carried = carry(
                 step, res.raw, self._carry_mask, beyond_turn=self.carry_beyond_turn
             )
+            step, carried = pin_lasting(step, carried, beyond_turn=self.carry_beyond_turn)
         # The summary skips what the model still sees: the tail and the carried fields.
-        summary = await self.compactor.compact(step.previous, step.covered, kept=[*carried, *kept])
+        pinned_pairs = carried_pairs(step.pinned)
+        summary = await self.compactor.compact(
+            step.previous, step.covered, kept=[*pinned_pairs, *carried, *kept]
+        )
         summary = [*summary, *carried]
         if rewrite:  # the adapter below dates the record by the oldest item it replaces
             record = await self._replace(res, step, summary)
