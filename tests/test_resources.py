@@ -426,6 +426,8 @@ before = _shipped.cache_info().currsize
 asyncio.run(memstack.warm_up(sys.argv[2]))
 loaded = _shipped.cache_info()
 modules = set(sys.modules)
+from memstack.memory import minilm
+models = dict(minilm._SHARED)
 
 async def first_read():
     session = memstack.from_recipe(sys.argv[2], session_id="ana:t1")
@@ -438,6 +440,9 @@ print(json.dumps({
     "before": before, "after": loaded.currsize, "misses": loaded.misses,
     "misses_after_read": _shipped.cache_info().misses,
     "new_memstack_modules": sorted(m for m in set(sys.modules) - modules if "memstack" in m),
+    "models_after_warm_up": len(models),
+    "same_models_after_read": all(minilm._SHARED[k] is v for k, v in models.items())
+    and len(minilm._SHARED) == len(models),
 }))
 """
 
@@ -462,8 +467,9 @@ def test_warm_up_loads_what_a_first_read_needs_and_writes_nothing(tmp_path: Path
     assert (found["before"], found["after"]) == (0, 1)  # loaded by the warm-up
     assert found["misses_after_read"] == found["misses"]  # not loaded again by the read
     left = ("memstack.memory", "memstack.governance")  # the memory layer's own, and its scope
-    assert found["new_memstack_modules"]  # the probe sees imports (the memory layer's)
     assert [m for m in found["new_memstack_modules"] if not m.startswith(left)] == []
+    # The embedding model the first recall uses was loaded by the warm-up, not by the read.
+    assert found["models_after_warm_up"] == 1 and found["same_models_after_read"]
 
 
 async def test_warm_up_writes_nothing_to_the_recipes_stores(tmp_path: Path) -> None:
