@@ -20,7 +20,7 @@ import sys
 from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 from agents.memory import Session
 
@@ -30,7 +30,7 @@ from memstack.backends.translate import store_errors
 from memstack.base import SessionLayer, full_history_layer, iter_chain, limit_arg
 from memstack.cli_table import counted
 from memstack.cli_table import table as _table
-from memstack.errors import ConfigurationError, MemstackError
+from memstack.errors import ConfigurationError, ItemValidationError, MemstackError
 from memstack.history import item_type, stored_history, validate_items
 from memstack.progress import progress_bar
 
@@ -279,7 +279,11 @@ async def cmd_import(args: argparse.Namespace) -> int:
                 items.append(json.loads(line))
             except json.JSONDecodeError as exc:
                 raise ConfigurationError(f"{path}:{number}: not JSON: {exc.msg}") from exc
-    validate_items(items)
+            try:
+                validate_items(items[-1:])
+            except ItemValidationError as exc:  # NaN, a lone surrogate: named by its line
+                reason = exc.reason.removeprefix("item 0 ")
+                raise ConfigurationError(f"{path}:{number}: {reason}") from exc
     async with _using(_open(args)) as stack:
         target = full_history_layer(stack)
         if args.replace:
@@ -586,10 +590,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as exc:  # one line for every failure; the traceback on --debug
         if args.debug:
             raise
+        if _unopenable_path(exc):  # a file the user named: bad input, named as such
+            print(f"memstack: error: {exc.filename}: cannot open: {exc.strerror}", file=sys.stderr)
+            return EXIT_USAGE
         usage = isinstance(exc, ConfigurationError)
         kind = "" if isinstance(exc, MemstackError) else f"{type(exc).__name__}: "
         print(f"memstack: error: {kind}{exc}".splitlines()[0], file=sys.stderr)
         return EXIT_USAGE if usage else EXIT_FAILED
+
+
+def _unopenable_path(exc: BaseException) -> TypeGuard[OSError]:
+    """A file or folder that does not exist or may not be opened, with its name."""
+    missing = (FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError)
+    return isinstance(exc, missing) and exc.filename is not None
 
 
 if __name__ == "__main__":

@@ -38,6 +38,17 @@ def _when(value: datetime | float | None) -> str:
     return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S")
 
 
+def _count(text: str) -> int:
+    """An argparse type: a whole number >= 0."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be a whole number >= 0, not {text!r}")
+    return value
+
+
 def _counts(counts: Any) -> str:
     return ", ".join(f"{name}={n}" for name, n in counts.items()) or "-"
 
@@ -129,7 +140,7 @@ def add_commands(add: Callable[..., Any]) -> None:
         "--missing-ok", action="store_true", help="succeed when the user has nothing stored"
     )
     audit = store_command("audit", cmd_audit, "show the audit trail of a store")
-    audit.add_argument("--limit", type=int, default=50, help="show the last N records")
+    audit.add_argument("--limit", type=_count, default=50, help="show the last N records")
     which = audit.add_mutually_exclusive_group()
     which.add_argument("--session", help="only this session's records (needs audit_key)")
     which.add_argument("--user", help="only this user's erasure records (needs audit_key)")

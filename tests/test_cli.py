@@ -169,6 +169,35 @@ def test_import_rejects_bad_lines(recipe: Path, tmp_path: Path):
     assert "bad.jsonl:2: not JSON" in one_line_error(result)
 
 
+def test_a_path_that_cannot_be_opened_is_bad_input_named_in_one_line(recipe: Path, tmp_path: Path):
+    """Found by a new-user trial: these exited 1 with a raw ``FileNotFoundError``."""
+    missing = tmp_path / "nope.jsonl"
+    result = memstack("bench", "tokens", str(missing), "--recipe", str(recipe))
+    assert result.returncode == 2
+    assert f"{missing}: cannot open: No such file or directory" in one_line_error(result)
+    assert (
+        memstack("import", str(recipe), "--session", "u3", str(history(tmp_path))).returncode == 0
+    )
+    out = tmp_path / "no-such-dir" / "x.jsonl"
+    result = memstack("export", str(recipe), "--session", "u3", "-o", str(out))
+    assert result.returncode == 2
+    assert f"{out}: cannot open: No such file or directory" in one_line_error(result)
+
+
+def test_an_item_json_cannot_store_names_its_file_and_line(recipe: Path, tmp_path: Path):
+    bad = tmp_path / "nan.jsonl"
+    bad.write_text('{"role": "user", "content": "ok"}\n{"role": "user", "content": NaN}\n')
+    result = memstack("import", str(recipe), "--session", "u4", str(bad))
+    assert result.returncode == 2
+    assert "nan.jsonl:2: " in one_line_error(result)
+
+
+def test_a_negative_audit_limit_is_refused(recipe: Path):
+    assert memstack("audit", str(recipe), "--limit", "2").returncode == 0
+    result = memstack("audit", str(recipe), "--limit", "-1")
+    assert result.returncode == 2 and "--limit" in result.stderr.splitlines()[-1]
+
+
 def test_wrong_key_is_one_line_and_exit_1(recipe: Path, tmp_path: Path):
     assert (
         memstack("import", str(recipe), "--session", "u2", str(history(tmp_path))).returncode == 0
