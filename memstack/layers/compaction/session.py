@@ -34,6 +34,7 @@ import dataclasses
 import functools
 import logging
 import threading
+import time
 import warnings
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
@@ -74,6 +75,12 @@ if TYPE_CHECKING:
 __all__ = ["CompactionSession"]
 
 logger = logging.getLogger("memstack.compaction")
+# After an automatic compaction fails (``on_error="warn"``), this session's next attempts
+# wait, doubling from 30 s to 10 min: a summariser that hangs or refuses must not cost
+# every later write its timeout. Kept in the process cache, so stacks built per request
+# share it; ``compact()`` is never held back. The clock is the module's, for tests.
+_BACKOFF_FIRST, _BACKOFF_MOST = 30.0, 600.0
+clock = time.monotonic
 _MAKING_LOCKS = threading.Lock()
 
 
@@ -346,15 +353,28 @@ class CompactionSession(SessionLayer):
                 return await self._compact(wrapper, force=True)
 
     async def _auto_compact(self, wrapper: RunContextWrapper[Any] | None) -> None:
+        backoff = ("compaction backoff", type(self.backend).__name__, self.session_id)
+        waiting = cache.get(backoff)  # (until, failures) after a failed attempt
+        if waiting is not cache.MISSING and clock() < waiting[0] and self.on_error == "warn":
+            return
         async with self._lock:
             try:
                 await self._compact(wrapper, force=False)
             except SummarizerError as exc:
                 if self.on_error == "raise":
                     raise
-                message = f"{type(self).__name__}: compaction failed, history left as is: {exc}"
+                failures = 1 if waiting is cache.MISSING else waiting[1] + 1
+                delay = min(_BACKOFF_MOST, _BACKOFF_FIRST * 2 ** (failures - 1))
+                cache.put(backoff, (clock() + delay, failures), weight=64)
+                message = (
+                    f"{type(self).__name__}: compaction failed, history left as is "
+                    f"(next attempt in {delay:.0f} s): {exc}"
+                )
                 logger.warning(message)
                 warnings.warn(CompactionWarning(message), stacklevel=3)
+            else:
+                if waiting is not cache.MISSING:
+                    cache.discard(backoff)
 
     async def _compact(
         self, wrapper: RunContextWrapper[Any] | None, *, force: bool
