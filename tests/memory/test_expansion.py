@@ -116,6 +116,8 @@ async def test_added_terms_are_scored_in_one_read_with_their_frequencies(
         monkeypatch.setattr(fulltext, "fetch_all", counted)
         scored = await index.scores(conn, scope, terms, ids)  # frequencies not cached
         monkeypatch.undo()
-        ranked = {row.id: float(row.total) for row in await index.ranked(conn, scope, terms, 50, now)}
+        ranked = {
+            row.id: float(row.total) for row in await index.ranked(conn, scope, terms, 50, now)
+        }
     assert len(reads) == 1
     assert scored == pytest.approx(ranked)
