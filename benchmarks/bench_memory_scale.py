@@ -2,6 +2,7 @@
 
     python benchmarks/bench_memory_scale.py                       # 100k memories, both backends
     python benchmarks/bench_memory_scale.py --memories 20000 --backends sqlite
+    python benchmarks/bench_memory_scale.py --backends sqlite --keep /tmp/s.db  # keep scope big
     python benchmarks/bench_memory_scale.py --measure-only sqlite:////tmp/s.db --scope big
     python benchmarks/bench_memory_scale.py --embedder default    # hybrid recall (int8 MiniLM)
     python benchmarks/bench_memory_scale.py --embedder default --reuse-vectors --memories 100000
@@ -109,7 +110,10 @@ async def run(
     tokens: int,
     embedder: str | None = None,
     reuse_vectors: bool = False,
+    keep: Path | None = None,
 ) -> dict[str, float]:
+    """Fill, time and forget; with ``keep`` (SQLite), the database stays at that path with
+    the scopes ``big`` and ``small`` filled, for later ``--measure-only`` runs."""
     conversations = load_locomo(DATA_DIR / "locomo_dev.jsonl")
     texts = [turn.line for c in conversations for turn in c.turns]
     questions = [q.text for c in conversations for q in c.questions]
@@ -117,9 +121,12 @@ async def run(
     if model is not None and reuse_vectors:
         model = TurnVectors(model, set(texts))
     with tempfile.TemporaryDirectory() as scratch:
-        url = POSTGRES if backend == "postgres" else f"sqlite:///{Path(scratch) / 'scale.db'}"
+        path = keep if keep is not None else Path(scratch) / "scale.db"
+        url = POSTGRES if backend == "postgres" else f"sqlite:///{path}"
         store = MemoryStore.from_url(url, embedder=model)
         big, small = f"scale-{uuid.uuid4().hex[:8]}", f"small-{uuid.uuid4().hex[:8]}"
+        if keep is not None:
+            big, small = "big", "small"
         try:
             rate = await _fill(store, big, texts, memories, seed=1)
             await _fill(store, small, texts, 1_000, seed=2)
@@ -133,8 +140,9 @@ async def run(
             big_ms = await _measure(store, big, questions, tokens)
             small_ms = await _measure(store, small, questions, tokens)
         finally:
-            await store.forget(big)
-            await store.forget(small)
+            if keep is None:
+                await store.forget(big)
+                await store.forget(small)
             await store.close()
     return {
         "ingest_per_s": rate,
@@ -187,7 +195,12 @@ def main() -> int:
     parser.add_argument(
         "--reuse-vectors", action="store_true", help="embed each dialogue turn once (see above)"
     )
+    parser.add_argument(
+        "--keep", type=Path, metavar="PATH", help="SQLite only: keep the filled database at PATH"
+    )
     args = parser.parse_args()
+    if args.keep is not None and args.backends != "sqlite":
+        parser.error("--keep needs --backends sqlite")
     if args.measure_only:
         found = asyncio.run(
             measure_only(args.measure_only, args.scope, args.tokens, args.expansion)
@@ -207,7 +220,14 @@ def main() -> int:
     failed = False
     for backend in args.backends.split(","):
         result = asyncio.run(
-            run(backend, args.memories, args.tokens, args.embedder, args.reuse_vectors)
+            run(
+                backend,
+                args.memories,
+                args.tokens,
+                args.embedder,
+                args.reuse_vectors,
+                args.keep,
+            )
         )
         ok = result["p95"] <= TARGET_P95_MS
         failed |= not ok

@@ -122,6 +122,20 @@ class FullTextIndex:
         self, conn: AsyncConnection, scope: str, digests: Sequence[int]
     ) -> dict[int, int]:
         """Each digest's document frequency (capped at ``_DF_CAP``), cached like the stats."""
+        known, missing = self._cached_frequencies(scope, digests)
+        if missing:
+            params: dict[str, Any] = {"scope": scope, "cap": _DF_CAP}
+            params.update({f"t{i}": digest for i, digest in enumerate(missing)})
+            sql = self.queries.frequencies(len(missing))
+            found = {int(term): int(df) for term, df in await fetch_all(conn, sql, params) if df}
+            known.update(self._keep_frequencies(scope, missing, found))
+        return known
+
+    def _cached_frequencies(
+        self, scope: str, digests: Sequence[int]
+    ) -> tuple[dict[int, int], list[int]]:
+        """The cached document frequencies of ``digests`` (those above 0), and the digests
+        not cached or cached too long ago."""
         now = time.monotonic()
         known: dict[int, int] = {}
         missing = []
@@ -135,15 +149,17 @@ class FullTextIndex:
                     known[digest] = cached[0]
             else:
                 missing.append(digest)
-        if missing:
-            params: dict[str, Any] = {"scope": scope, "cap": _DF_CAP}
-            params.update({f"t{i}": digest for i, digest in enumerate(missing)})
-            sql = self.queries.frequencies(len(missing))
-            found = {int(term): int(df) for term, df in await fetch_all(conn, sql, params) if df}
-            for digest in missing:
-                cache[digest] = (found.get(digest, 0), now)
-            known.update(found)
-        return known
+        return known, missing
+
+    def _keep_frequencies(
+        self, scope: str, counted: Sequence[int], found: dict[int, int]
+    ) -> dict[int, int]:
+        """Cache the frequencies of ``counted`` (``found``: those above 0); returns ``found``."""
+        now = time.monotonic()
+        cache = self._df.setdefault(scope, {})
+        for digest in counted:
+            cache[digest] = (found.get(digest, 0), now)
+        return found
 
     async def ranked(
         self,
@@ -191,18 +207,32 @@ class FullTextIndex:
         """
         if not ids or not query_terms:
             return {}
-        weights = await self._digest_weights(conn, scope, query_terms)
-        if not weights:
+        n_docs, _ = await self.scope_stats(conn, scope)
+        if n_docs == 0:
             return {}
+        digests = self._digests(scope, query_terms)
+        known, missing = self._cached_frequencies(scope, list(digests))
         params: dict[str, Any] = {f"i{i}": memory_id for i, memory_id in enumerate(ids)}
-        params.update({f"t{i}": digest for i, digest in enumerate(weights)})
-        sql = self.queries.impacts(len(ids), len(weights))
-        totals: dict[str, float] = {}
+        params.update({f"t{i}": digest for i, digest in enumerate(digests)})
+        if missing:  # counted in the same statement (``RecallQueries.impacts``)
+            params.update({"scope": scope, "cap": _DF_CAP})
+            params.update({f"f{i}": digest for i, digest in enumerate(missing)})
+        sql = self.queries.impacts(len(ids), len(digests), len(missing))
+        counted: dict[int, int] = {}
+        postings: list[tuple[str, int, float]] = []
         for row_scope, memory_id, digest, impact in await fetch_all(conn, sql, params):
-            if row_scope != scope:
-                continue
-            gained = float(impact) * weights[int(digest)]
-            totals[memory_id] = totals.get(memory_id, 0.0) + gained
+            if memory_id is None:  # a frequency
+                if impact:
+                    counted[int(digest)] = int(impact)
+            elif row_scope == scope:
+                postings.append((memory_id, int(digest), float(impact)))
+        known.update(self._keep_frequencies(scope, missing, counted))
+        weights = self._weights(digests, known, n_docs, query_terms)
+        totals: dict[str, float] = {}
+        for memory_id, digest, impact in postings:
+            weight = weights.get(digest)
+            if weight is not None:  # a term the scope holds (its frequency above 0)
+                totals[memory_id] = totals.get(memory_id, 0.0) + impact * weight
         return totals
 
     async def _digest_weights(
@@ -214,11 +244,27 @@ class FullTextIndex:
         n_docs, _ = await self.scope_stats(conn, scope)
         if n_docs == 0:
             return {}
+        digests = self._digests(scope, query_terms)
+        df_by_digest = await self._document_frequencies(conn, scope, list(digests))
+        return self._weights(digests, df_by_digest, n_docs, query_terms)
+
+    def _digests(self, scope: str, query_terms: Mapping[str, float]) -> dict[int, str]:
+        """Each term's digests under every key (``MemoryCipher.term_digests``), to the term."""
         digests: dict[int, str] = {}
         for term in query_terms:
             for digest in self.cipher.term_digests(scope, term):
                 digests[digest] = term
-        df_by_digest = await self._document_frequencies(conn, scope, list(digests))
+        return digests
+
+    def _weights(
+        self,
+        digests: Mapping[int, str],
+        df_by_digest: Mapping[int, int],
+        n_docs: int,
+        query_terms: Mapping[str, float],
+    ) -> dict[int, float]:
+        """The BM25 weight of each digest with a frequency: its term's idf (the term's
+        digests' frequencies summed) times the term's count in the query."""
         df_by_term: dict[str, int] = defaultdict(int)
         for digest, df in df_by_digest.items():
             df_by_term[digests[digest]] += df

@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["SHORTLIST", "Block", "centroid", "nearest"]
+__all__ = ["SHORTLIST", "Block", "centroid", "nearest", "shortlist_rows"]
 
 # Candidates scored on the codes per query: at least this many, and at least
 # ``_PER_HIT`` times the hits asked for. Sign bits rank MiniLM neighbours coarsely; see
@@ -155,33 +155,46 @@ def nearest(
                 for block in blocks
             ]
         )
-        chosen = np.argpartition(distance, wanted - 1)[:wanted]
-    # Scored in row order, each block's rows one slice, then put back in ``chosen``'s
-    # order: ties between equal scores fall as they always did.
-    order = np.argsort(chosen, kind="stable")
-    rows_in_order = chosen[order]
-    bounds = np.searchsorted(rows_in_order, starts)
-    in_order = np.empty(len(chosen), dtype=np.float32)
+        chosen = shortlist_rows(distance, wanted)
+    # ``chosen`` is in row order: each block's rows are one slice of it, gathered into one
+    # array and scored in one product (a product per block cost ~0.4 ms more a search).
+    bounds = np.searchsorted(chosen, starts)
+    codes = np.empty((len(chosen), blocks[0].dim), dtype=np.int8)
+    scales = np.empty(len(chosen), dtype=np.float32)
     for b, block in enumerate(blocks):
         low, high = bounds[b], bounds[b + 1]
         if low < high:
-            rows = rows_in_order[low:high] - starts[b]
-            # einsum, not ``@``: a product through BLAS wakes its thread pool, and on shared
-            # cores those threads spin (6,000 rows: 60 ms against 0.3 ms at load ~14).
+            rows = chosen[low:high] - starts[b]
             # ``take`` copies the same rows as ``codes[rows]`` at about half the cost.
-            codes = np.take(block.codes, rows, axis=0)
-            dots = np.einsum("ij,j->i", codes.astype(np.float32), vector)
-            in_order[low:high] = dots * np.take(block.scales, rows)
-    scores = np.empty_like(in_order)
-    scores[order] = in_order
-    k = min(k, len(chosen))
-    top = np.argpartition(-scores, k - 1)[:k]
-    top = top[np.argsort(-scores[top], kind="stable")]
+            np.take(block.codes, rows, axis=0, out=codes[low:high])
+            np.take(block.scales, rows, out=scales[low:high])
+    # einsum, not ``@``: a product through BLAS wakes its thread pool, and on shared cores
+    # those threads spin (6,000 rows: 60 ms against 0.3 ms at load ~14).
+    scores = np.einsum("ij,j->i", codes.astype(np.float32), vector) * scales
+    # Equal scores (copies of one text) in row order: the same hits in every process.
+    top = np.argsort(-scores, kind="stable")[: min(k, len(chosen))]
     owners = np.searchsorted(starts, chosen[top], side="right") - 1
     return [
         (blocks[b].ids[row - starts[b]], float(scores[i]))
         for i, b, row in zip(top.tolist(), owners.tolist(), chosen[top].tolist(), strict=True)
     ]
+
+
+def shortlist_rows(distance: Any, wanted: int) -> Any:
+    """The rows of the ``wanted`` smallest ``distance`` values (small non-negative ints), in
+    row order; of those equal at the cut, the first rows.
+
+    A count of each distance finds the cut in one pass: ``argpartition`` over 100,000 rows
+    cost ~0.9 ms a search, and chose among the rows tied at the cut as it happened to.
+    """
+    if wanted >= len(distance):
+        return np.arange(len(distance))
+    below = np.cumsum(np.bincount(distance))
+    cut = int(np.searchsorted(below, wanted))  # the distance the ``wanted``-th row has
+    inside = distance < cut
+    taken = wanted - int(np.count_nonzero(inside))
+    inside[np.flatnonzero(distance == cut)[:taken]] = True
+    return np.flatnonzero(inside)
 
 
 def centroid(blocks: Sequence[Block], ids: Collection[str]) -> Any:

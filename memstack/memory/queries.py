@@ -79,8 +79,11 @@ class RecallQueries:
         ids = ", ".join(f":i{i}" for i in range(count))
         return f"SELECT {self.columns} FROM {self.memories} AS m WHERE m.id IN ({ids}) AND {_LIVE}"
 
-    def _impacts(self, ids: int, terms: int) -> str:
-        """``(scope, memory_id, term, impact)`` of terms ``:t0…`` in memories ``:i0…``.
+    def _impacts(self, ids: int, terms: int, counted: int = 0) -> str:
+        """``(scope, memory_id, term, impact)`` of terms ``:t0…`` in memories ``:i0…``;
+        first, with ``counted``, ``(NULL, NULL, term, df)`` of terms ``:f0…`` (as
+        ``frequencies``): query expansion's terms are new to the frequency cache, and
+        counted here they cost no round trip of their own.
 
         Query expansion scores the candidates it has. By memory id only, as above: with
         ``scope = :scope`` SQLite reads every posting of each term through the ranked
@@ -88,10 +91,17 @@ class RecallQueries:
         """
         in_ids = ", ".join(f":i{i}" for i in range(ids))
         in_terms = ", ".join(f":t{i}" for i in range(terms))
-        return (
+        parts = [
+            f"SELECT NULL AS scope, NULL AS memory_id, :f{i} AS term, COUNT(*) AS impact "
+            f"FROM (SELECT memory_id FROM {self.terms} WHERE scope = :scope AND term = :f{i} "
+            f"LIMIT :cap) AS c{i}"
+            for i in range(counted)
+        ]
+        parts.append(
             f"SELECT scope, memory_id, term, impact FROM {self.terms} "
             f"WHERE memory_id IN ({in_ids}) AND term IN ({in_terms})"
         )
+        return " UNION ALL ".join(parts)
 
     def _ranked(self, count: int) -> str:
         """Live rows of the best ``:limit`` memories for terms ``:t0…`` weighted ``:w0…``."""

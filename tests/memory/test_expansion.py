@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -89,3 +90,34 @@ async def test_added_terms_score_the_given_memories_as_a_ranking_would(
         assert await index.scores(conn, scope, {}, some) == {}
     assert set(ranked) == {m.id for m in await memory.list_memories(scope) if "oga" in m.text}
     assert scored == pytest.approx({memory_id: ranked[memory_id] for memory_id in some})
+
+
+async def test_added_terms_are_scored_in_one_read_with_their_frequencies(
+    memory: MemoryStore, scope: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Expansion's terms are new to the frequency cache: counted in the same statement
+    that reads their impacts, one round trip on the critical path instead of two."""
+    import memstack.memory.fulltext as fulltext
+
+    for text in (EXERCISES, YOGA, WEATHER, ELSEWHERE, *OTHERS):
+        await memory.remember(scope, text, source="observed")
+    await memory.remember(scope + "-other", YOGA, source="observed")  # not counted
+    ids = [m.id for m in await memory.list_memories(scope)]
+    terms = {"yoga": 0.25, "class": 0.5, "nowhere": 1.0}
+    reads: list[str] = []
+    real = fulltext.fetch_all
+
+    async def counted(*args: Any, **kwargs: Any) -> list[Any]:
+        reads.append(args[1])
+        return await real(*args, **kwargs)
+
+    index, now = memory.parts.index, memory.parts.now()
+    async with memory.parts.connect("test") as conn:
+        monkeypatch.setattr(fulltext, "fetch_all", counted)
+        scored = await index.scores(conn, scope, terms, ids)  # frequencies not cached
+        monkeypatch.undo()
+        ranked = {
+            row.id: float(row.total) for row in await index.ranked(conn, scope, terms, 50, now)
+        }
+    assert len(reads) == 1
+    assert scored == pytest.approx(ranked)

@@ -40,13 +40,13 @@ async def test_a_recall_on_sqlite_hands_one_call_per_statement_to_the_driver_thr
     await store.recall("ana", "warm up the tables and caches", max_tokens=300)
     calls = _counting(monkeypatch)
     # New words: their document frequencies are read too (four statements in all), and
-    # query expansion's two (its terms' frequencies, their impacts in the candidates).
+    # query expansion's one (its terms' frequencies and their impacts in the candidates).
     await store.recall("ana", "who went hiking with a friend on sunday?", max_tokens=300)
     handed = list(calls)
     await store.close()
     # SQLAlchemy's adapter took four hand-offs a statement (cursor, execute, fetch, close):
     # 17 for this recall. Now one a statement and the pool's rollback on return.
-    assert handed == ["_execute_fetchall"] * (4 + 2) + ["rollback"]
+    assert handed == ["_execute_fetchall"] * (4 + 1) + ["rollback"]
 
 
 @pytest.mark.parametrize("embedder", [None, HashingEmbedder()], ids=["full-text", "hybrid"])

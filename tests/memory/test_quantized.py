@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from memstack.memory.quantized import Block, centroid, nearest
+from memstack.memory.quantized import Block, centroid, nearest, shortlist_rows
 
 
 def _unit(rows: np.ndarray) -> np.ndarray:
@@ -49,6 +49,24 @@ def test_the_shortlist_keeps_the_nearest_of_a_large_scope() -> None:
         found = {ids.index(i) for i, _ in nearest(blocks, query, 20, shortlist=1_000)}
         overlap.append(len(found & set(_exact(vectors, query, 20))) / 20)
     assert min(overlap) >= 0.8 and sum(overlap) / len(overlap) >= 0.95
+
+
+def test_the_shortlist_is_the_smallest_distances_ties_at_the_cut_by_row() -> None:
+    rng = np.random.default_rng(3)
+    distance = rng.integers(0, 40, 50_000).astype(np.uint16)  # many ties at any cut
+    for wanted in (1, 7, 1_000, 4_000, 49_999):
+        chosen = shortlist_rows(distance, wanted)
+        expected = np.sort(np.argsort(distance, kind="stable")[:wanted])
+        assert chosen.tolist() == expected.tolist()
+
+
+def test_equal_vectors_are_found_in_row_order_the_same_every_time() -> None:
+    """Copies of one vector tie: which the shortlist keeps, and their order, is fixed."""
+    vectors = np.repeat(_clustered(50, 64), 200, axis=0)  # 10,000 rows, 200 copies each
+    ids = [f"m{i:05d}" for i in range(len(vectors))]
+    block = Block.build(ids, vectors)
+    found = nearest([block], vectors[0], 10, shortlist=500)
+    assert [memory_id for memory_id, _ in found] == ids[:10]
 
 
 def test_blocks_are_values_grown_and_shrunk_into_new_blocks() -> None:
