@@ -353,13 +353,18 @@ def read_recipe_file(path: str | Path) -> dict[str, Any]:
 def load_recipe(recipe: str | Path | Mapping[str, Any], **overrides: Any) -> Recipe:
     """Parse and validate a recipe; ``overrides`` replace ``url`` or a layer's options.
 
-    ``url="…"`` replaces the store URL; ``<layer name>={…}`` updates that layer's
-    options (``window={"max_tokens": 4000}``).
+    ``url="…"`` replaces the store URL, ``memory_url="…"`` the ``[memory]`` table's;
+    ``<layer name>={…}`` updates that layer's options (``window={"max_tokens": 4000}``).
     """
     if isinstance(recipe, Mapping):
         source, data = "<recipe>", dict(recipe)
     else:
         source, data = str(recipe), read_recipe_file(recipe)
+    memory_url = overrides.pop("memory_url", None)
+    if memory_url is not None:
+        if not isinstance(data.get("memory"), Mapping):
+            raise RecipeError(f"{source}: memory_url given, but the recipe has no [memory] table")
+        data["memory"] = {**data["memory"], "url": memory_url}
     unknown = sorted(
         set(data) - {"backend", "layers", "description", "governance", "memory", "cache"}
     )

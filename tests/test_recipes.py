@@ -314,3 +314,15 @@ low_watermark = 0.7
     monkeypatch.setenv("SHARE_KEY", generate_key())
     rotated = recipe.stack_over(InMemorySession("d"))
     assert rotated.find(EncryptedSession).keys is not a.find(EncryptedSession).keys
+
+
+def test_memory_url_overrides_the_memory_tables_url(tmp_path: Path) -> None:
+    """Found by a new-user trial: ``memory={"url": …}`` is the memory *layer*'s options."""
+    shipped = Path(__file__).resolve().parents[1] / "recipes" / "personal-assistant.toml"
+    url = f"sqlite:///{tmp_path / 'memory.db'}"
+    recipe = load_recipe(shipped, url=f"sqlite:///{tmp_path / 'chat.db'}", memory_url=url)
+    assert recipe.memory["url"] == url
+    with pytest.raises(RecipeError, match=r"memory_url.*no \[memory\] table"):
+        load_recipe({"backend": {"url": "sqlite://:memory:"}}, memory_url=url)
+    with pytest.raises(RecipeError, match=r"\[memory\].*url"):
+        load_recipe(shipped, memory_url="foo://x")
