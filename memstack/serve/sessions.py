@@ -12,7 +12,7 @@ compares the two over one path.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import dataclasses
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -20,7 +20,8 @@ from agents.memory import Session
 
 import memstack
 from memstack.errors import RecipeError
-from memstack.recipes import from_recipe, load_recipe, read_recipe_file
+from memstack.recipes import load_recipe
+from memstack.stack import LayerSpec
 
 __all__ = ["BareSessions", "RecipeSessions", "Sessions", "session_id_of"]
 
@@ -53,21 +54,24 @@ class RecipeSessions:
         self, recipe: str | Path, *, url: str | None = None, memory_url: str | None = None
     ) -> None:
         self.source = str(recipe)
-        data = read_recipe_file(recipe)
-        # Parsed once; each request still goes through from_recipe, as the README shows.
-        if url:
-            data["backend"] = {**data.get("backend", {}), "url": url}
-        if memory_url:
-            data["memory"] = {**data.get("memory", {}), "url": memory_url}
-        self.data: Mapping[str, Any] = data
-        self.recipe = load_recipe(data)
+        # Parsed once, from the file, so that every error names it.
+        self.recipe = load_recipe(recipe, url=url, memory_url=memory_url)
         self.has_memory = any(spec.layer == "memory" for spec in self.recipe.layers)
         self.keeps_memory = bool(self.recipe.memory)
         self._memory: Any = None
 
     def open(self, user: str, thread: str) -> Session:
-        overrides = {"memory": {"scope": user}} if self.has_memory else {}
-        return from_recipe(self.data, session_id=session_id_of(user, thread), **overrides)
+        """The request's stack: ``Recipe.build``, what ``from_recipe`` does for a file."""
+        recipe = self.recipe
+        if self.has_memory:  # recalls for the request's user
+            layers = tuple(
+                LayerSpec(spec.layer, {**spec.options, "scope": user})
+                if spec.layer == "memory"
+                else spec
+                for spec in recipe.layers
+            )
+            recipe = dataclasses.replace(recipe, layers=layers)
+        return recipe.build(session_id_of(user, thread))
 
     async def remember(self, user: str, text: str, kind: str) -> str:
         if not self.recipe.memory:
