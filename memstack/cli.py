@@ -31,7 +31,7 @@ from memstack.base import SessionLayer, full_history_layer, iter_chain, limit_ar
 from memstack.cli_table import counted
 from memstack.cli_table import table as _table
 from memstack.errors import ConfigurationError, ItemValidationError, MemstackError
-from memstack.history import item_type, stored_history, validate_items
+from memstack.history import item_type, read_only, stored_history, validate_items
 from memstack.progress import progress_bar
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED, EXIT_CLOSED_PIPE = 0, 1, 2, 130, 141
@@ -97,11 +97,19 @@ async def cmd_validate(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+@asynccontextmanager
+async def _looking() -> AsyncIterator[None]:
+    """Reads that write nothing (``read_only``): a look through another recipe than the one
+    that wrote a session must not convert it (TTL would date its history)."""
+    with read_only():
+        yield
+
+
 async def cmd_inspect(args: argparse.Namespace) -> int:
     from memstack.tokens import TokenCounter
 
     counter = TokenCounter(args.model)
-    async with _using(_open(args)) as stack:
+    async with _using(_open(args)) as stack, _looking():
         rows = []
         for session in iter_chain(stack):
             items = await session.get_items(limit=READ_ALL)
@@ -132,7 +140,7 @@ async def cmd_stats(args: argparse.Namespace) -> int:
     from memstack.tokens import TokenCounter
 
     counter = TokenCounter(args.model)
-    async with _using(_open(args)) as stack:
+    async with _using(_open(args)) as stack, _looking():
         history = await full_history_layer(stack).get_items(limit=READ_ALL)
         view = await stack.get_items()
         caps = capabilities_of(list(iter_chain(stack))[-1])
@@ -253,7 +261,7 @@ async def cmd_adopt(args: argparse.Namespace) -> int:
 
 
 async def cmd_export(args: argparse.Namespace) -> int:
-    async with _using(_open(args)) as stack:
+    async with _using(_open(args)) as stack, _looking():
         with stored_history():  # exactly what is stored, even a history the API would refuse
             items = await full_history_layer(stack).get_items(limit=READ_ALL)
     text = "".join(json.dumps(item, ensure_ascii=False) + "\n" for item in items)

@@ -291,6 +291,30 @@ def reading_as_stored() -> bool:
     return _as_stored.get()
 
 
+# Set inside ``read_only()``: reads store nothing.
+_read_only: ContextVar[bool] = ContextVar("memstack_read_only", default=False)
+
+
+@contextmanager
+def read_only() -> Iterator[None]:
+    """Reads inside this block write nothing to the store.
+
+    A layer that stores something on first sight (TTL dating history written without it)
+    shows that history as it is instead. For looking at a session, perhaps through
+    another recipe than the one that wrote it (``memstack inspect``, ``stats``,
+    ``export``): a look must not convert it.
+    """
+    token = _read_only.set(True)
+    try:
+        yield
+    finally:
+        _read_only.reset(token)
+
+
+def reading_only() -> bool:
+    return _read_only.get()
+
+
 def valid_view(items: Sequence[T], facts: Sequence[Fact] | None = None) -> list[T]:
     """``items`` without what would make the API reject them (see ``history_problems``).
 

@@ -198,6 +198,38 @@ def test_a_negative_audit_limit_is_refused(recipe: Path):
     assert result.returncode == 2 and "--limit" in result.stderr.splitlines()[-1]
 
 
+def test_reading_commands_write_nothing(tmp_path: Path):
+    """Found by a new-user trial: ``inspect``, ``stats`` and ``export`` through a recipe
+    with TTL dated (rewrote) the rows of a session another recipe, without TTL, wrote; the
+    app's own recipe then could not read it."""
+    import sqlite3
+
+    db = tmp_path / "app.db"
+    layers = {
+        "app": '[[layers]]\nlayer = "encrypted"\nkey = { env = "MEMSTACK_CLI_KEY" }\n',
+        "ttl": '[[layers]]\nlayer = "ttl"\nttl = "30d"\n'
+        '[[layers]]\nlayer = "encrypted"\nkey = { env = "MEMSTACK_CLI_KEY" }\n',
+    }
+    recipes = {}
+    for name, text in layers.items():
+        recipes[name] = tmp_path / f"{name}.toml"
+        recipes[name].write_text(f'[backend]\nurl = "sqlite:///{db}"\n{text}')
+    imported = memstack("import", str(recipes["app"]), "--session", "u:t", str(history(tmp_path)))
+    assert imported.returncode == 0, imported.stderr
+
+    def rows() -> list[str]:
+        with sqlite3.connect(db) as conn:
+            return [r for (r,) in conn.execute("select message_data from agent_messages")]
+
+    before = rows()
+    for command in ("inspect", "stats", "export"):
+        result = memstack(command, str(recipes["ttl"]), "--session", "u:t")
+        assert result.returncode == 0, result.stderr
+        assert rows() == before, command
+    stats = memstack("stats", str(recipes["app"]), "--session", "u:t")
+    assert stats.returncode == 0 and "history items   5" in stats.stdout
+
+
 def test_wrong_key_is_one_line_and_exit_1(recipe: Path, tmp_path: Path):
     assert (
         memstack("import", str(recipe), "--session", "u2", str(history(tmp_path))).returncode == 0

@@ -47,7 +47,7 @@ def test_adopt_one_session_then_every_session(recipe: Path, tmp_path: Path) -> N
     assert exported.returncode == 0, exported.stderr
     assert [json.loads(line) for line in exported.stdout.splitlines()] == items
 
-    # Encryption stays loud over plaintext until adopted (TTL below it dates on sight).
+    # Encryption stays loud over plaintext until adopted; a look (export) dates nothing.
     before = memstack("export", str(recipe), "--session", "bob")
     assert before.returncode == 1
     assert "plaintext" in one_line_error(before)
@@ -55,7 +55,7 @@ def test_adopt_one_session_then_every_session(recipe: Path, tmp_path: Path) -> N
     every = memstack("adopt", str(recipe), "--all")
     assert every.returncode == 0, every.stderr
     assert "session 'alice': items adopted by TTLSession 0, EncryptedSession 0" in every.stdout
-    assert "session 'bob': items adopted by TTLSession 0, EncryptedSession 5" in every.stdout
+    assert "session 'bob': items adopted by TTLSession 5, EncryptedSession 5" in every.stdout
     assert "session 'carol': items adopted by TTLSession 5, EncryptedSession 5" in every.stdout
     assert "adopted 3 session(s)" in every.stdout
     values = stored_values(db)

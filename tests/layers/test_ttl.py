@@ -874,3 +874,20 @@ async def test_a_warm_read_still_hides_what_expired_since() -> None:
     assert len(await stack.get_items()) == 12  # warm: every row seen
     clock.tick(50)  # the first eight are now 110 s old
     assert await stack.get_items() == sample_items(4)
+
+
+async def test_a_read_only_look_dates_nothing(sqlite_store: Store) -> None:
+    """Inside ``read_only()`` undated history is shown as it is, and the store is left as
+    it was; the next ordinary read dates it."""
+    from memstack.history import read_only
+
+    session_id = sid()
+    bare = sqlite_store.open(session_id)
+    await bare.add_items(sample_items(4))
+    before = await stored(sqlite_store, session_id)
+    ttl = TTLSession(sqlite_store.open(session_id), ttl=HOUR)
+    with read_only():
+        assert await ttl.get_items() == sample_items(4)
+    assert await stored(sqlite_store, session_id) == before
+    assert await ttl.get_items() == sample_items(4)
+    assert all(MARKER in value for value in await stored(sqlite_store, session_id))  # dated

@@ -57,7 +57,7 @@ from memstack.backends.translate import store_errors
 from memstack.base import SessionLayer
 from memstack.content_keys import derived_key
 from memstack.errors import CapabilityError
-from memstack.history import is_output
+from memstack.history import is_output, reading_only
 from memstack.layers.ttl.adoption import adopt_history, unstamped
 from memstack.layers.ttl.policy import (
     Expiry,
@@ -158,6 +158,12 @@ class TTLSession(SessionLayer):
         self._adopting = True  # False once the store turned out unable to date items in place
 
     @property
+    def _dates_on_sight(self) -> bool:
+        """Whether meeting undated history dates it in the store now (not inside
+        ``read_only()``, nor once the store proved unable to)."""
+        return self._adopting and not reading_only()
+
+    @property
     def purge_every(self) -> float | None:
         return self.purge_schedule.every
 
@@ -239,7 +245,7 @@ class TTLSession(SessionLayer):
         live = self._live_keyed(below, now)  # every record stamped: nothing to adopt
         stamped = live is not None
         if live is None:
-            if self._adopting and any(map(unstamped, below.items)):
+            if self._dates_on_sight and any(map(unstamped, below.items)):
                 return await self._adopt_on_sight(now)
             live = self._resolve_keyed(below, now)
         snapshot, known = live
@@ -333,7 +339,7 @@ class TTLSession(SessionLayer):
         generations: list[int] = []
 
         def compose(stored: Tail) -> list[dict[str, Any]] | None:
-            if self._adopting and any(map(unstamped, stored.items)):
+            if self._dates_on_sight and any(map(unstamped, stored.items)):
                 raise _Unstamped
             tail = [self.read(value) for value in stored.items]
             if not (stored.complete or shows_open_unit([stamp.item for stamp in tail], items)):
@@ -359,7 +365,7 @@ class TTLSession(SessionLayer):
         """The stored tail a new batch may continue: the newest record and any open unit."""
 
         async def enough(stored: Tail) -> list[Stamp] | Need | None:
-            if self._adopting and any(map(unstamped, stored.items)):
+            if self._dates_on_sight and any(map(unstamped, stored.items)):
                 return await self._adopt_on_sight(now)
             tail = [self.read(value) for value in stored.items]
             if stored.complete or shows_open_unit([stamp.item for stamp in tail], items):
@@ -395,7 +401,7 @@ class TTLSession(SessionLayer):
         async def whole(stored: Tail) -> Snapshot | Need | None:
             if not stored.complete:
                 return None
-            if self._adopting and any(map(unstamped, stored.items)):
+            if self._dates_on_sight and any(map(unstamped, stored.items)):
                 return await self._adopt_on_sight(now)
             return self.resolve(stored, now)
 
@@ -455,7 +461,7 @@ class TTLSession(SessionLayer):
         now = self.clock()
 
         async def decided(stored: Tail) -> Snapshot | Need | None:
-            if self._adopting and any(map(unstamped, stored.items)):
+            if self._dates_on_sight and any(map(unstamped, stored.items)):
                 return await self._adopt_on_sight(now)
             snapshot = self.resolve(stored, now)
             return snapshot if snapshot.complete else None
