@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from sqlalchemy import text
 
-from memstack import EncryptedSession, TTLSession, cache, capabilities_of
+from memstack import EncryptedSession, PassthroughSession, TTLSession, cache, capabilities_of
 from memstack.backends.rows import parsed
 from memstack.crypto import generate_key
 from memstack.testing import sample_items
@@ -135,8 +135,8 @@ async def test_what_a_stack_returns_is_never_what_it_shares(store: Store):
     stacks = [
         EncryptedSession(TTLSession(session, ttl=3600), key=key, allow_plaintext=True),
         TTLSession(session, ttl=3600),  # on top: its records' items go to the caller
-        # On the store itself: rows are reused, records read as admitted plaintext.
-        EncryptedSession(session, key=key, allow_plaintext=True),
+        # On the store itself: rows are reused, TTL's records go to the caller as stored.
+        PassthroughSession(session),
     ]
     await stacks[0].add_items(items[2:])
     for stack, limit in itertools.product(stacks, (None, 4)):
