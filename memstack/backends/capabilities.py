@@ -220,12 +220,16 @@ class StorageCapabilities(ABC):
             return await view_tail(n, wrapper)  # type: ignore[no-any-return]
         return (await newest_of(session, n, wrapper)).newest(n)
 
-    async def read_newest(self, n: int, *, wrapper: RunContextWrapper[Any] | None = None) -> Tail:
+    async def read_newest(
+        self, n: int, *, wrapper: RunContextWrapper[Any] | None = None, whole_up_to: int = 0
+    ) -> Tail:
         """The newest ``n`` stored values, oldest first, as the store holds them.
 
         The source of every stack read. An adapter that reads raw rows parses each row
         once for the whole process (``memstack.cache``) and gives each value its content
         key: the values are then shared, read-only. This default reads ``get_items``.
+        ``whole_up_to``: every value instead when the store holds at most that many, where
+        the same statement can tell (a read with nothing to go by); others ignore it.
         """
         if n <= 0:
             return Tail.undated([])
