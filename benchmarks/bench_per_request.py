@@ -16,6 +16,10 @@ order alternating, on the same sessions' own copies.
 "first read" runs a new Python process per sample that imports memstack, opens one
 session and times its first ``get_items()``: everything a process loads on first use
 (the tokenizer's vocabulary, ciphers, the process cache) counts, imports do not.
+``--first-read-only`` times only that, ``--rounds`` processes per variant in rotating
+order, in wall and CPU time of the timed read (the CPU time is steadier on a shared
+machine); ``--against DIR`` adds the stack of another checkout (an old tree) to the
+rotation, so old and new are measured side by side.
 
 Reported: requests/s, p50/p95 latency (medians over rounds), the process's RSS growth
 over the timed requests, and stack/bare ratios. Loopback only; prints ``skipped: …``
