@@ -421,7 +421,10 @@ def _source_reader(
                 tail = Tail.undated(items, complete=len(items) < n)
             else:
                 caps = capabilities_of(source)
-                tail = await caps.read_newest(n, wrapper=wrapper, whole_up_to=whole_up_to)
+                if whole_up_to and caps.reads_whole_up_to:
+                    tail = await caps.read_newest(n, wrapper=wrapper, whole_up_to=whole_up_to)
+                else:
+                    tail = await caps.read_newest(n, wrapper=wrapper)
         stored_items(tail.items, layer=name, session_id=source.session_id)
         return tail
 

@@ -15,8 +15,9 @@ from sqlalchemy import event
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from memstack import TTLSession, cache, pipeline
-from memstack.backends import open_backend
+from memstack.backends import GenericCapabilities, open_backend
 from memstack.backends.capabilities import Tail
+from memstack.testing import InMemorySession
 
 from .conftest import Store
 
@@ -81,3 +82,25 @@ async def test_a_first_read_of_a_small_sqlite_session_is_one_statement(tmp_path:
         event.remove(engine.sync_engine, "before_cursor_execute", statement)
         await engine.dispose()
     assert sent == ["SELECT"], sent
+
+
+async def test_an_adapter_of_your_own_is_never_passed_whole_up_to() -> None:
+    """``read_newest``'s ``whole_up_to`` goes only to adapters that say they take it
+    (``reads_whole_up_to``): one written before it existed keeps working."""
+    reads: list[int] = []
+
+    class OwnCapabilities(GenericCapabilities):
+        async def read_newest(self, n: int, *, wrapper: Any = None) -> Tail:
+            reads.append(n)
+            return await super().read_newest(n, wrapper=wrapper)
+
+    class OwnStore(InMemorySession):
+        def storage_capabilities(self) -> OwnCapabilities:
+            return OwnCapabilities(self)
+
+    store = OwnStore("s")
+    await store.add_items([message(n) for n in range(300)])  # type: ignore[arg-type]
+    cache.clear()
+    stack = TTLSession(store, ttl=3600, purge_every=None)
+    assert await stack.get_items() == [message(n) for n in range(300)]
+    assert reads and reads[0] == 128

@@ -191,6 +191,7 @@ class SQLAlchemyCapabilities(sql.PlanCapabilities):
     session: SQLAlchemySession
     #: How transactions the database rolled back are rerun (a subclass may set another).
     retry: ClassVar[Retry] = DEFAULT_RETRY
+    reads_whole_up_to: ClassVar[bool] = True  # on PostgreSQL and SQLite; elsewhere ignored
 
     async def transaction(self, call: Callable[[], Awaitable[T]]) -> T:
         store = self.session

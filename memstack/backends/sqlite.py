@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from agents.extensions.memory.async_sqlite_session import AsyncSQLiteSession
 from agents.memory import SQLiteSession
@@ -24,6 +24,8 @@ if TYPE_CHECKING:
 
 
 class _SqliteBase(sql.PlanCapabilities):
+    reads_whole_up_to: ClassVar[bool] = True
+
     def table(self) -> sql.Table:
         session: Any = self.session
         return sql.Table(session.messages_table, session.session_id)
