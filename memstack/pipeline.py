@@ -124,8 +124,10 @@ async def read(
     hint = cache.get(hint_key) if hinted else cache.MISSING
     size = max([first, *(layer.min_read for layer in layers)])
     # With nothing to go by, the first read takes a small session whole (one statement
-    # where the store can), as ``_longer`` would after reading ``size`` rows and counting.
-    whole_up_to = size * _GROWTH * _GROWTH if hinted and hint is cache.MISSING else 0
+    # where the store can), as ``_longer`` would after reading ``size`` rows and counting;
+    # only up to ``_GROWTH`` times ``size``: a stack that needs only the newest rows (a
+    # window) then reads at most that many times more than it would have.
+    whole_up_to = size * _GROWTH if hinted and hint is cache.MISSING else 0
     if hint is not cache.MISSING:
         size = max(size, hint)
     total: int | None = None  # rows the store holds, once asked
