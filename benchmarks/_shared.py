@@ -202,9 +202,9 @@ def timed_store_reads(stores: dict[str, Session]) -> dict[str, list[tuple[float,
             return newest
         calls = reads[names[id(source)]]
 
-        async def timed(n: int) -> Any:
+        async def timed(n: int, **options: Any) -> Any:
             start = time.perf_counter()
-            tail = await newest(n)
+            tail = await newest(n, **options)
             calls.append((time.perf_counter() - start, len(tail.items)))
             return tail
 

@@ -2,6 +2,7 @@
 
     python benchmarks/bench_per_request.py                  # 40 sessions, 8 clients, 3 rounds
     python benchmarks/bench_per_request.py --requests 200 --rounds 1
+    python benchmarks/bench_per_request.py --first-read-only --warm-up --rounds 15
 
 What a web handler does on each request, without the HTTP around it (``memstack bench
 server`` adds that): build the stack for the request's session from
@@ -15,6 +16,10 @@ order alternating, on the same sessions' own copies.
 "first read" runs a new Python process per sample that imports memstack, opens one
 session and times its first ``get_items()``: everything a process loads on first use
 (the tokenizer's vocabulary, ciphers, the process cache) counts, imports do not.
+``--first-read-only`` times only that, ``--rounds`` processes per variant in rotating
+order, in wall and CPU time of the timed read (the CPU time is steadier on a shared
+machine); ``--against DIR`` adds the stack of another checkout (an old tree) to the
+rotation, so old and new are measured side by side.
 
 Reported: requests/s, p50/p95 latency (medians over rounds), the process's RSS growth
 over the timed requests, and stack/bare ratios. Loopback only; prints ``skipped: …``
@@ -117,17 +122,23 @@ async def main():
     if {warm!r}:  # what a server's lifespan does before its first request
         import memstack
         await memstack.warm_up(recipe if {stack!r} else None)
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     await session.get_items()
-    print(time.perf_counter() - start)
+    print(time.perf_counter() - start, time.process_time() - cpu)
     await engine.dispose()
 asyncio.run(main())
 """
 
 
-def first_read(variant: str, args: argparse.Namespace) -> float:
+def first_read(
+    variant: str, args: argparse.Namespace, bench: str | None = None
+) -> tuple[float, float]:
+    """Wall and CPU seconds of the first ``get_items()`` of a new process.
+
+    ``bench``: the benchmarks folder of the checkout the child imports (default: this one).
+    """
     code = FIRST_READ.format(
-        bench=os.path.dirname(os.path.abspath(__file__)),
+        bench=bench or os.path.dirname(os.path.abspath(__file__)),
         key=os.environ["CHAT_KEY_CURRENT"],
         url=args.url,
         session=f"{variant}-0",
@@ -136,7 +147,44 @@ def first_read(variant: str, args: argparse.Namespace) -> float:
         warm=args.warm_up,
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    return float(done.stdout.strip().splitlines()[-1])
+    wall, cpu = done.stdout.strip().splitlines()[-1].split()
+    return float(wall), float(cpu)
+
+
+def first_reads_only(args: argparse.Namespace) -> int:
+    """``--first-read-only``: ``--rounds`` new processes per variant, order rotating."""
+    variants: dict[str, tuple[str, str | None]] = {
+        "production stack": ("stack", None),
+        "bare SQLAlchemySession": ("bare", None),
+    }
+    if args.against:
+        variants[f"stack, {args.against}"] = ("stack", os.path.join(args.against, "benchmarks"))
+    samples: dict[str, list[tuple[float, float]]] = {name: [] for name in variants}
+    names = list(variants)
+    loads = [os.getloadavg()[0]]
+    for round_ in range(args.rounds):
+        shift = round_ % len(names)
+        for name in names[shift:] + names[:shift]:
+            variant, bench = variants[name]
+            samples[name].append(first_read(variant, args, bench))
+        loads.append(os.getloadavg()[0])
+    print(
+        f"first get_items() of a new process, {args.history} items, PostgreSQL on loopback"
+        f"{', after memstack.warm_up' if args.warm_up else ''}; medians of {args.rounds} "
+        f"processes per variant, order rotating; load average {min(loads):.1f}-"
+        f"{max(loads):.1f}\n"
+    )
+    bare = [statistics.median(x[kind] for x in samples[names[1]]) for kind in (0, 1)]
+    header = f"{'variant':<40}{'wall ms':>9}{'/ bare':>8}{'CPU ms':>9}{'/ bare':>8}"
+    print(header)
+    print("-" * len(header))
+    for name, values in samples.items():
+        wall, cpu = (statistics.median(x[kind] for x in values) for kind in (0, 1))
+        print(
+            f"{name:<40}{wall * 1e3:>9.1f}{wall / bare[0]:>8.2f}"
+            f"{cpu * 1e3:>9.1f}{cpu / bare[1]:>8.2f}"
+        )
+    return 0
 
 
 async def run(args: argparse.Namespace) -> int:
@@ -151,6 +199,8 @@ async def run(args: argparse.Namespace) -> int:
     firsts: dict[str, list[float]] = {"stack": [], "bare": []}
     try:
         await prepare(engine, args)
+        if args.first_read_only:
+            return first_reads_only(args)
         for variant in ("stack", "bare"):  # warm: connections, vocabularies, caches
             await phase(
                 variant, engine, argparse.Namespace(**{**vars(args), "requests": args.sessions})
@@ -159,7 +209,7 @@ async def run(args: argparse.Namespace) -> int:
             order = ["stack", "bare"] if round_ % 2 == 0 else ["bare", "stack"]
             for variant in order:
                 results[variant].append(await phase(variant, engine, args))
-                firsts[variant].append(first_read(variant, args))
+                firsts[variant].append(first_read(variant, args)[0])
                 print(f"  round {round_ + 1} {variant}: {results[variant][-1][0]:.1f} req/s",
                       file=sys.stderr)  # fmt: skip
     finally:
@@ -213,7 +263,19 @@ def main() -> None:
         action="store_true",
         help="the new process calls memstack.warm_up() before its first read, as a server would",
     )
+    parser.add_argument(
+        "--first-read-only",
+        action="store_true",
+        help="only the first reads: --rounds new processes per variant (one session each)",
+    )
+    parser.add_argument(
+        "--against",
+        metavar="DIR",
+        help="with --first-read-only: also the stack of the checkout at DIR (old vs new)",
+    )
     args = parser.parse_args()
+    if args.first_read_only:
+        args.sessions = 1
     sys.exit(asyncio.run(run(args)))
 
 

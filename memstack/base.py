@@ -48,7 +48,7 @@ from memstack.history import (
     valid_view,
     validate_items,
 )
-from memstack.pipeline import Need, fresh, read
+from memstack.pipeline import Need, Newest, fresh, read
 
 if TYPE_CHECKING:
     from agents.items import TResponseInputItem
@@ -405,12 +405,12 @@ def chain_below(session: Session, *, own: bool = False) -> tuple[list[SessionLay
 
 def _source_reader(
     source: Session, wrapper: RunContextWrapper[Any] | None, layers: Sequence[SessionLayer]
-) -> Callable[[int], Awaitable[Tail]]:
+) -> Newest:
     """``n -> the newest n values of source``: a store read raw where its adapter can, a
     layer asked as a caller would; checked to be items (``StoredItemError`` otherwise)."""
     name = type(layers[0]).__name__ if layers else None
 
-    async def newest(n: int) -> Tail:
+    async def newest(n: int, *, whole_up_to: int = 0) -> Tail:
         with store_errors(source):  # named by the layer whose method was called
             if isinstance(source, SessionLayer):
                 # Unrepaired, as the layer returns them: the top of this stack repairs the
@@ -420,7 +420,11 @@ def _source_reader(
                     items = await source.get_items(limit=n, **forward_wrapper(source, wrapper))
                 tail = Tail.undated(items, complete=len(items) < n)
             else:
-                tail = await capabilities_of(source).read_newest(n, wrapper=wrapper)
+                caps = capabilities_of(source)
+                if whole_up_to and caps.reads_whole_up_to:
+                    tail = await caps.read_newest(n, wrapper=wrapper, whole_up_to=whole_up_to)
+                else:
+                    tail = await caps.read_newest(n, wrapper=wrapper)
         stored_items(tail.items, layer=name, session_id=source.session_id)
         return tail
 

@@ -83,6 +83,12 @@ def fresh(items: Sequence[Any]) -> list[Any]:
     return copies
 
 
+class Newest(Protocol):
+    """How the loop reads its source (``memstack.base``: the store's ``read_newest``)."""
+
+    def __call__(self, n: int, *, whole_up_to: int = 0) -> Awaitable[Tail]: ...
+
+
 class Shaping(Protocol):
     """What the loop needs of a layer (``memstack.base.SessionLayer``)."""
 
@@ -95,7 +101,7 @@ class Shaping(Protocol):
 async def read(
     layers: Sequence[Shaping],
     source: Session,
-    newest: Callable[[int], Awaitable[Tail]],
+    newest: Newest,
     decide: Callable[[Tail], Awaitable[T | Need | None]],
     wrapper: RunContextWrapper[Any] | None,
     *,
@@ -105,7 +111,9 @@ async def read(
 ) -> T:
     """Read ``source`` through ``layers`` (bottom first) until ``decide`` says it is enough.
 
-    ``newest(n)`` reads the source's newest ``n`` values. ``decide`` gets the top layer's
+    ``newest(n)`` reads the source's newest ``n`` values; the first read of a hinted read
+    with no hint yet asks ``newest(n, whole_up_to=m)``: all of them where the store holds
+    at most ``m`` and can tell in the same statement. ``decide`` gets the top layer's
     tail and returns its answer, None for "longer", or ``Need.AGAIN`` after it changed the
     store (the same read again). ``hinted``: start from how many rows the last such read
     of this session needed (``Tail.reach``), and remember it for the next. ``reach_of``:
@@ -115,11 +123,17 @@ async def read(
     hint_key = ("hint", type(source).__name__, source.session_id, *(type(x) for x in layers))
     hint = cache.get(hint_key) if hinted else cache.MISSING
     size = max([first, *(layer.min_read for layer in layers)])
+    # With nothing to go by, the first read takes a small session whole (one statement
+    # where the store can), as ``_longer`` would after reading ``size`` rows and counting;
+    # only up to ``_GROWTH`` times ``size``: a stack that needs only the newest rows (a
+    # window) then reads at most that many times more than it would have.
+    whole_up_to = size * _GROWTH if hinted and hint is cache.MISSING else 0
     if hint is not cache.MISSING:
         size = max(size, hint)
     total: int | None = None  # rows the store holds, once asked
     while True:
-        stored = await newest(size)
+        stored = await (newest(size, whole_up_to=whole_up_to) if whole_up_to else newest(size))
+        whole_up_to = 0
         tail: Shaped = stored
         for layer in layers:
             assert isinstance(tail, Tail)

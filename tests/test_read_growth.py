@@ -5,13 +5,21 @@ reader on PostgreSQL asked for 155 rows ~1,200 times a second while writers had 
 
 from __future__ import annotations
 
+import uuid
 from pathlib import Path
 from typing import Any
 
+import pytest
 from agents.memory import SQLiteSession
+from sqlalchemy import event
+from sqlalchemy.ext.asyncio import create_async_engine
 
-from memstack import pipeline
+from memstack import TTLSession, cache, pipeline
+from memstack.backends import GenericCapabilities, open_backend
 from memstack.backends.capabilities import Tail
+from memstack.testing import InMemorySession
+
+from .conftest import Store
 
 
 def message(n: int) -> dict[str, Any]:
@@ -41,3 +49,58 @@ async def test_a_read_grows_past_a_count_that_writers_made_stale(tmp_path: Path)
         assert sizes == sorted(set(sizes)), sizes  # every read longer than the one before
     finally:
         store.close()
+
+
+@pytest.mark.parametrize("held", [127, 128, 129, 300])
+async def test_a_first_read_returns_every_item_on_every_backend(store: Store, held: int) -> None:
+    """A read with nothing to go by (an empty process cache) may take a small session
+    whole in one statement (``whole_up_to``): it still returns exactly what is stored."""
+    stack = TTLSession(store.open(f"first-{uuid.uuid4().hex}"), ttl=3600, purge_every=None)
+    written = [message(n) for n in range(held)]
+    for start in range(0, held, 100):
+        await stack.add_items(written[start : start + 100])  # type: ignore[arg-type]
+    cache.clear()  # what a new process starts with
+    assert await stack.get_items() == written
+    cache.clear()
+    assert await stack.get_items(limit=5) == written[-5:]
+
+
+async def test_a_first_read_of_a_small_sqlite_session_is_one_statement(tmp_path: Path) -> None:
+    engine = create_async_engine(f"sqlite+aiosqlite:///{tmp_path / 'sa.db'}")
+    stack = TTLSession(open_backend("sqlite+aiosqlite://", "s", engine=engine), ttl=3600)
+    await stack.add_items([message(n) for n in range(300)])  # type: ignore[arg-type]
+    cache.clear()
+    sent: list[str] = []
+
+    def statement(conn: Any, cursor: Any, sql: str, *args: Any) -> None:
+        sent.append(sql.split()[0])
+
+    event.listen(engine.sync_engine, "before_cursor_execute", statement)
+    try:
+        assert await stack.get_items() == [message(n) for n in range(300)]
+    finally:
+        event.remove(engine.sync_engine, "before_cursor_execute", statement)
+        await engine.dispose()
+    assert sent == ["SELECT"], sent
+
+
+async def test_an_adapter_of_your_own_is_never_passed_whole_up_to() -> None:
+    """``read_newest``'s ``whole_up_to`` goes only to adapters that say they take it
+    (``reads_whole_up_to``): one written before it existed keeps working."""
+    reads: list[int] = []
+
+    class OwnCapabilities(GenericCapabilities):
+        async def read_newest(self, n: int, *, wrapper: Any = None) -> Tail:
+            reads.append(n)
+            return await super().read_newest(n, wrapper=wrapper)
+
+    class OwnStore(InMemorySession):
+        def storage_capabilities(self) -> OwnCapabilities:
+            return OwnCapabilities(self)
+
+    store = OwnStore("s")
+    await store.add_items([message(n) for n in range(300)])  # type: ignore[arg-type]
+    cache.clear()
+    stack = TTLSession(store, ttl=3600, purge_every=None)
+    assert await stack.get_items() == [message(n) for n in range(300)]
+    assert reads and reads[0] == 128

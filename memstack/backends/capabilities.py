@@ -173,6 +173,8 @@ class StorageCapabilities(ABC):
     atomic: ClassVar[bool] = True
     #: True when ``count()`` asks the store; False when it reads every item to count.
     counts_cheaply: ClassVar[bool] = True
+    #: True when ``read_newest`` takes ``whole_up_to`` (adapters of your own need not).
+    reads_whole_up_to: ClassVar[bool] = False
 
     def __init__(self, session: Session) -> None:
         self.session = session
@@ -220,12 +222,17 @@ class StorageCapabilities(ABC):
             return await view_tail(n, wrapper)  # type: ignore[no-any-return]
         return (await newest_of(session, n, wrapper)).newest(n)
 
-    async def read_newest(self, n: int, *, wrapper: RunContextWrapper[Any] | None = None) -> Tail:
+    async def read_newest(
+        self, n: int, *, wrapper: RunContextWrapper[Any] | None = None, whole_up_to: int = 0
+    ) -> Tail:
         """The newest ``n`` stored values, oldest first, as the store holds them.
 
         The source of every stack read. An adapter that reads raw rows parses each row
         once for the whole process (``memstack.cache``) and gives each value its content
         key: the values are then shared, read-only. This default reads ``get_items``.
+        ``whole_up_to`` (passed where ``reads_whole_up_to``): every value instead when the
+        store holds at most that many, told by the same statement (a read with nothing to
+        go by: a new process's first read of a small session is then one statement).
         """
         if n <= 0:
             return Tail.undated([])

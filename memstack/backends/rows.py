@@ -58,22 +58,27 @@ def _weight(texts: Sequence[str]) -> int:
 
 
 async def newest_rows(
-    fetch: Callable[[int], Awaitable[Sequence[Sequence[Any]]]],
+    fetch: Callable[[int, int], Awaitable[Sequence[Sequence[Any]]]],
     n: int,
     *,
     store: Hashable,
     session_id: str,
     skip: tuple[type[Exception], ...] = (ValueError,),
+    whole_up_to: int = 0,
 ) -> Tail:
-    """The newest ``n`` values of the ``(id, text)`` rows ``fetch(window)`` reads, newest first.
+    """The newest ``n`` values of the ``(id, text)`` rows ``fetch(window, whole_up_to)``
+    reads, newest first.
 
     As the SDK's reads do, ``n`` counts rows that parse: the window doubles while rows
-    left out keep it short.
+    left out keep it short. ``fetch(window, m)`` with ``m > 0`` reads every row instead
+    when the session holds at most ``m``: more rows than the window, or fewer, are then
+    the whole session; exactly as many may not be.
     """
     window = n
     slot = ("rows read", store, session_id, skip)  # what a row left out depends on too
     while True:
-        rows = await fetch(window)
+        rows = await fetch(window, whole_up_to)
+        whole_up_to = 0
         texts = [text for _, text in reversed(rows)]
         # The rows the last read of this session parsed, by their text (``memstack.incremental``).
         known = incremental.previous(slot, texts)
@@ -97,6 +102,8 @@ async def newest_rows(
             keys.append(found[1])
         if whole:  # one entry holds the values, and weighs them
             incremental.keep(slot, texts, known, weight=weight)
+        if len(rows) > window:  # an adaptive read took the whole session
+            return Tail(values, [None] * len(values), keys, complete=True)
         if len(values) >= n or len(rows) < window:
             start = max(0, len(values) - n)
             complete = len(rows) < window and start == 0

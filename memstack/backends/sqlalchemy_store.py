@@ -26,11 +26,15 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 from agents.extensions.memory import SQLAlchemySession
 from agents.memory.session import _await_mutation
 from sqlalchemy import (
+    Integer,
     Select,
     Update,
     bindparam,
+    case,
     column,
+    func,
     insert,
+    literal_column,
     select,
     table,
     text,
@@ -90,6 +94,33 @@ def _newest_limited(name: str, schema: str | None, window: int) -> Select[tuple[
     """``_newest_statement`` limited to ``window`` rows, built once: SQLAlchemy memoises a
     statement's cache key on the statement, so a new one costs a key each execution."""
     return _newest_statement(name, schema).limit(window)
+
+
+@functools.lru_cache(maxsize=64)
+def _newest_adaptive(name: str, schema: str | None) -> Select[tuple[Any, Any]]:
+    """``_newest_statement`` limited to ``:window`` rows, or to all of them when the session
+    holds at most ``:whole_up_to`` (PostgreSQL and SQLite take a subquery in LIMIT).
+
+    A read with nothing to go by (a new process's first) then takes a small session in one
+    statement, not a read of ``:window`` rows, a count and a read of them all. The count
+    stops at ``:whole_up_to + 1`` rows: a long session costs no more to count than a
+    short one.
+    """
+    messages = table(name, column("session_id"), schema=schema)
+    up_to = bindparam("whole_up_to", type_=Integer)
+    capped = (
+        select(literal_column("1"))
+        .select_from(messages)
+        .where(messages.c.session_id == bindparam("session_id"))
+        .limit(up_to + 1)
+        .subquery("capped")
+    )
+    held = select(func.count()).select_from(capped).scalar_subquery()
+    limit = case((held <= up_to, up_to + 1), else_=bindparam("window", type_=Integer))
+    return _newest_statement(name, schema).limit(limit)
+
+
+_ADAPTIVE_DIALECTS = frozenset({"postgresql", "sqlite"})
 
 
 @functools.lru_cache(maxsize=64)
@@ -160,6 +191,7 @@ class SQLAlchemyCapabilities(sql.PlanCapabilities):
     session: SQLAlchemySession
     #: How transactions the database rolled back are rerun (a subclass may set another).
     retry: ClassVar[Retry] = DEFAULT_RETRY
+    reads_whole_up_to: ClassVar[bool] = True  # on PostgreSQL and SQLite; elsewhere ignored
 
     async def transaction(self, call: Callable[[], Awaitable[T]]) -> T:
         store = self.session
@@ -197,7 +229,9 @@ class SQLAlchemyCapabilities(sql.PlanCapabilities):
             return "TIMESTAMPDIFF(MICROSECOND, created_at, NOW(6)) / 1000000.0"
         raise CapabilityError(f"write_ages does not know how {dialect} computes an age")
 
-    async def read_newest(self, n: int, *, wrapper: RunContextWrapper[Any] | None = None) -> Tail:
+    async def read_newest(
+        self, n: int, *, wrapper: RunContextWrapper[Any] | None = None, whole_up_to: int = 0
+    ) -> Tail:
         store = self.session
         if type(store)._deserialize_item is not _SDK_DESERIALIZE or n <= 0:
             return await super().read_newest(n, wrapper=wrapper)
@@ -205,17 +239,24 @@ class SQLAlchemyCapabilities(sql.PlanCapabilities):
         name, schema = messages.name, messages.schema
         params = {"session_id": store.session_id}
         place = (str(store.engine.url), messages.name)  # a str: hashed once, not per row
+        if whole_up_to <= n or store.engine.dialect.name not in _ADAPTIVE_DIALECTS:
+            whole_up_to = 0
         with store_errors(store):
             await store._ensure_tables()
             async with _reading(store) as execute:
 
-                async def fetch(window: int) -> Sequence[Any]:
-                    rows: Sequence[Any] = (
-                        await execute(_newest_limited(name, schema, window), params)
-                    ).all()
+                async def fetch(window: int, up_to: int) -> Sequence[Any]:
+                    if up_to:
+                        adaptive = {**params, "window": window, "whole_up_to": up_to}
+                        found = await execute(_newest_adaptive(name, schema), adaptive)
+                    else:
+                        found = await execute(_newest_limited(name, schema, window), params)
+                    rows: Sequence[Any] = found.all()
                     return rows
 
-                return await newest_rows(fetch, n, store=place, session_id=store.session_id)
+                return await newest_rows(
+                    fetch, n, store=place, session_id=store.session_id, whole_up_to=whole_up_to
+                )
 
     async def append_after(
         self,
@@ -248,7 +289,7 @@ class SQLAlchemyCapabilities(sql.PlanCapabilities):
             async with store._session() as sess, sess.begin():
                 touched = await _lock_and_touch(store, sess)
 
-                async def fetch(window: int) -> Sequence[Any]:
+                async def fetch(window: int, _: int) -> Sequence[Any]:
                     rows: Sequence[Any] = (
                         await sess.execute(_newest_limited(name, schema, window), params)
                     ).all()
@@ -283,14 +324,15 @@ class SQLAlchemyCapabilities(sql.PlanCapabilities):
                 )
 
     async def query(self, make_plan: Callable[[], sql.Plan]) -> Any:
-        # A read: the session's row lock would only make it wait for writers.
+        # A read (a count): the session's row lock would only make it wait for writers, and
+        # on PostgreSQL it runs outside any transaction, as the rows' reads do (``_reading``).
         store = self.session
         with store_errors(store):
             await store._ensure_tables()
-            async with store._session() as sess:
+            async with _reading(store) as run:
 
                 async def execute(statement: str, params: dict[str, Any]) -> list[Any]:
-                    return list((await sess.execute(text(statement), params)).all())
+                    return list((await run(text(statement), params)).all())
 
                 return await sql.run_async(execute, make_plan())
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from agents.extensions.memory.async_sqlite_session import AsyncSQLiteSession
 from agents.memory import SQLiteSession
@@ -24,6 +24,8 @@ if TYPE_CHECKING:
 
 
 class _SqliteBase(sql.PlanCapabilities):
+    reads_whole_up_to: ClassVar[bool] = True
+
     def table(self) -> sql.Table:
         session: Any = self.session
         return sql.Table(session.messages_table, session.session_id)
@@ -34,14 +36,24 @@ class _SqliteBase(sql.PlanCapabilities):
     def write_age(self) -> str:
         return SQLITE_WRITE_AGE
 
-    async def read_newest(self, n: int, *, wrapper: RunContextWrapper[Any] | None = None) -> Tail:
+    async def read_newest(
+        self, n: int, *, wrapper: RunContextWrapper[Any] | None = None, whole_up_to: int = 0
+    ) -> Tail:
         if n <= 0:
             return await super().read_newest(n, wrapper=wrapper)
-        return await self._read_raw(n)
+        return await self._read_raw(n, whole_up_to if whole_up_to > n else 0)
 
-    async def _read_raw(self, n: int) -> Tail:
-        """The newest ``n`` rows, read raw through the session's own connection."""
+    async def _read_raw(self, n: int, whole_up_to: int) -> Tail:
+        """The newest ``n`` rows (all, when ``whole_up_to`` or fewer), read raw through the
+        session's own connection."""
         raise NotImplementedError
+
+    def _statement(self, window: int, whole_up_to: int) -> tuple[str, dict[str, Any]]:
+        """The read of the newest rows and its parameters (``_newest`` or ``_adaptive``)."""
+        params = {"session_id": self.session.session_id, "window": window}
+        if not whole_up_to:
+            return self._newest(), params
+        return self._adaptive(), {**params, "whole_up_to": whole_up_to}
 
     def _where(self) -> tuple[str, str]:
         """The rows' place for the process cache: this database file and table."""
@@ -53,8 +65,21 @@ class _SqliteBase(sql.PlanCapabilities):
         session: Any = self.session
         return (
             f"SELECT id, message_data FROM {session.messages_table} "
-            "WHERE session_id = ? ORDER BY id DESC LIMIT ?"
+            "WHERE session_id = :session_id ORDER BY id DESC LIMIT :window"
         )
+
+    def _adaptive(self) -> str:
+        """``_newest``, or every row when the session holds at most ``:whole_up_to``: a
+        read with nothing to go by (a new process's first) takes a small session in one
+        statement. The count stops at ``:whole_up_to + 1`` rows, whatever the session holds.
+        """
+        table = self.session.messages_table  # type: ignore[attr-defined]
+        capped = f"SELECT 1 FROM {table} WHERE session_id = :session_id LIMIT :whole_up_to + 1"
+        limit = (
+            f"CASE WHEN (SELECT COUNT(*) FROM ({capped})) <= :whole_up_to "
+            "THEN :whole_up_to + 1 ELSE :window END"
+        )
+        return self._newest().replace(":window", limit)
 
 
 # created_at is CURRENT_TIMESTAMP text; julianday() counts days, in the same UTC.
@@ -71,20 +96,21 @@ class SQLiteCapabilities(_SqliteBase):
 
     session: SQLiteSession
 
-    async def _read_raw(self, n: int) -> Tail:
-        store, statement = self.session, self._newest()
+    async def _read_raw(self, n: int, whole_up_to: int) -> Tail:
+        store = self.session
 
-        def fetch_in_thread(window: int) -> list[Any]:
+        def fetch_in_thread(window: int, up_to: int) -> list[Any]:
+            statement, params = self._statement(window, up_to)
             with store._locked_connection() as conn:
-                return conn.execute(statement, (store.session_id, window)).fetchall()
+                return conn.execute(statement, params).fetchall()
 
-        async def fetch(window: int) -> list[Any]:
-            return await asyncio.to_thread(fetch_in_thread, window)
+        async def fetch(window: int, up_to: int) -> list[Any]:
+            return await asyncio.to_thread(fetch_in_thread, window, up_to)
 
         with store_errors(store):  # the SDK's read skips rows that are not JSON, or NULL
             return await newest_rows(
                 fetch, n, store=self._where(), session_id=store.session_id,
-                skip=(ValueError, TypeError),
+                skip=(ValueError, TypeError), whole_up_to=whole_up_to,
             )  # fmt: skip
 
     async def run(self, make_plan: Callable[[], sql.Plan]) -> Any:
@@ -109,16 +135,19 @@ class AsyncSQLiteCapabilities(_SqliteBase):
 
     session: AsyncSQLiteSession
 
-    async def _read_raw(self, n: int) -> Tail:
-        store, statement = self.session, self._newest()
+    async def _read_raw(self, n: int, whole_up_to: int) -> Tail:
+        store = self.session
         with store_errors(store):
             async with store._locked_connection() as conn:
 
-                async def fetch(window: int) -> list[Any]:
-                    cursor = await conn.execute(statement, (store.session_id, window))
+                async def fetch(window: int, up_to: int) -> list[Any]:
+                    cursor = await conn.execute(*self._statement(window, up_to))
                     return list(await cursor.fetchall())
 
-                return await newest_rows(fetch, n, store=self._where(), session_id=store.session_id)
+                return await newest_rows(
+                    fetch, n, store=self._where(), session_id=store.session_id,
+                    whole_up_to=whole_up_to,
+                )  # fmt: skip
 
     async def run(self, make_plan: Callable[[], sql.Plan]) -> Any:
         with store_errors(self.session):

@@ -17,6 +17,7 @@ import pytest
 from sqlalchemy import event, text
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
+from memstack import cache
 from memstack.backends import capabilities_of, open_backend
 from memstack.layers import PassthroughSession, TTLSession
 
@@ -191,3 +192,31 @@ async def test_a_cancelled_read_hands_its_connection_back(postgres: Any) -> None
         await asyncio.sleep(0.01)
     assert engine.pool.checkedout() == 0  # type: ignore[attr-defined]
     assert await stack.get_items() == turn(0)
+
+
+@pytest.mark.parametrize("held", [127, 128, 129, 400, 513, 2100])
+async def test_a_new_process_reads_a_small_session_in_one_statement(
+    postgres: Any, held: int
+) -> None:
+    """With nothing to go by (an empty process cache), a read of a session of a few hundred
+    items is one statement, not the newest 128 rows, a count, then every row. Exactly 128
+    rows look like the newest 128 of a longer session: that one edge reads on."""
+    engine, tables = postgres
+    bare = open_backend(POSTGRES_URL, "s", engine=engine, **tables)
+    stack = TTLSession(
+        open_backend(POSTGRES_URL, "s", engine=engine, **tables), ttl=3600, purge_every=None
+    )
+    for start in range(0, held, 100):
+        await stack.add_items([turn(n)[0] for n in range(start, min(held, start + 100))])  # type: ignore[arg-type]
+    cache.clear()  # what a new process starts with
+    with round_trips(engine) as sent:
+        items = await stack.get_items()
+    assert items == [turn(n)[0] for n in range(held)]
+    assert len(await bare.get_items()) == held
+    if held <= 4 * 128 and held != 128:  # up to four first reads long: read whole
+        assert sent == ["SELECT messages"], sent
+    else:  # the newest 128, a count, then longer reads: all outside any transaction
+        assert set(sent) == {"SELECT messages"} and len(sent) <= 4, sent
+    with round_trips(engine) as sent:
+        assert await stack.get_items() == items
+    assert sent == ["SELECT messages"], sent  # the next read starts from this one's size

@@ -801,3 +801,29 @@ async def test_layers_above_read_the_window_through_its_capabilities() -> None:
     assert tail.written_at == [None] * 4
     assert await caps.count() == 8  # the store's count, as before
     assert await caps.delete_oldest(2) == 2 and len(store.rows) == 6
+
+
+@pytest.mark.parametrize("held", [120, 400])
+async def test_a_first_read_counts_only_the_newest_items_it_needs(
+    sqlite_store: Store, held: int
+) -> None:
+    """Over a long history, a first read (the process cache empty) counts tokens newest
+    first and stops once they pass the budget: it never tokenises the whole history to
+    learn that the whole does not fit (a history read whole, as a first read of a small
+    session is, included)."""
+    asked: list[int] = []
+
+    class Recording:
+        def count_item(self, item: Any) -> int:
+            asked.append(1)
+            return 10
+
+    store = sqlite_store.open("s")
+    await store.add_items(sample_items(held))  # type: ignore[arg-type]
+    window = SlidingWindowSession(store, max_tokens=200, counter=Recording(), align="unit")
+    process_cache.clear()
+    view = await window.get_items()
+    assert len(view) == 20 and view == (await store.get_items())[-20:]
+    # Two passes ask this counter (uncached, as any counter not a TokenCounter): whether
+    # the whole fits, then the plan; each counts the window and the item that passes it.
+    assert len(asked) <= 2 * (len(view) + 1), len(asked)

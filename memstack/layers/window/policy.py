@@ -88,7 +88,13 @@ def fits_whole(
     if limit.items is not None and n > limit.items:
         return False
     if limit.tokens is not None:
-        return count is not None and sum(map(count, range(n))) <= limit.tokens
+        if count is None:
+            return False
+        total = 0
+        for index in range(n - 1, -1, -1):  # newest first, as ``Tail.plan`` counts them
+            total += count(index)
+            if total > limit.tokens:  # a long history need not be counted to its start
+                return False
     return True
 
 
@@ -105,6 +111,15 @@ class Suffix:
         while len(self._sums) <= need:
             self._sums.append(self._sums[-1] + self._weigh(self._n - len(self._sums)))
         return self._sums[need]
+
+    def capped(self, start: int, cap: int) -> int:
+        """``self(start)``, or a partial sum over ``cap`` as soon as one passes it: weights
+        are never negative, so the whole is over ``cap`` too, and older items go uncounted.
+        """
+        need = self._n - start
+        while len(self._sums) <= need and self._sums[-1] <= cap:
+            self._sums.append(self._sums[-1] + self._weigh(self._n - len(self._sums)))
+        return self._sums[min(need, len(self._sums) - 1)]
 
 
 class Tail:
@@ -184,10 +199,12 @@ class Tail:
         if budget.turns is not None and max(extra, self.turns(start, end)) > budget.turns:
             return False
         if budget.tokens is not None:
-            used = self.pinned_tokens[pinned] + self.tokens(start) - self.tokens(end)
+            # What ``items[start:end]`` may weigh; counted newest first, no further than
+            # it takes to pass that (a long history is not counted to its start).
+            spare = budget.tokens - self.pinned_tokens[pinned] + self.tokens(end)
             if task is not None:
-                used += self.weight(task)
-            if used > budget.tokens:
+                spare -= self.weight(task)
+            if self.tokens.capped(start, spare) > spare:
                 return False
         return True
 
