@@ -30,7 +30,12 @@ from memstack.backends.translate import store_errors
 from memstack.base import SessionLayer, full_history_layer, iter_chain, limit_arg
 from memstack.cli_table import counted
 from memstack.cli_table import table as _table
-from memstack.errors import ConfigurationError, ItemValidationError, MemstackError
+from memstack.errors import (
+    ConfigurationError,
+    ItemValidationError,
+    MemstackError,
+    UnknownUserError,
+)
 from memstack.history import item_type, read_only, stored_history, validate_items
 from memstack.progress import progress_bar
 
@@ -601,7 +606,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if _unopenable_path(exc):  # a file the user named: bad input, named as such
             print(f"memstack: error: {exc.filename}: cannot open: {exc.strerror}", file=sys.stderr)
             return EXIT_USAGE
-        usage = isinstance(exc, ConfigurationError)
+        usage = isinstance(exc, ConfigurationError | UnknownUserError)  # bad input
         kind = "" if isinstance(exc, MemstackError) else f"{type(exc).__name__}: "
         print(f"memstack: error: {kind}{exc}".splitlines()[0], file=sys.stderr)
         return EXIT_USAGE if usage else EXIT_FAILED

@@ -122,7 +122,7 @@ def test_sessions_forget_and_audit(filled: Path, tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("args", "code", "message"),
     [
-        (["--user", "zed"], 1, "user 'zed' has no session ({user}:{thread}), vault entry"),
+        (["--user", "zed"], 2, "user 'zed' has no session ({user}:{thread}), vault entry"),
         (["--user", "ann:t1"], 2, "user id 'ann:t1' contains ':'"),
     ],
 )
