@@ -280,11 +280,8 @@ def stored_history() -> Iterator[None]:
     For export, inspection and capability adapters that rewrite what they read: they
     must see what is stored, or a rewrite would delete what a view only leaves out.
     """
-    token = _as_stored.set(True)
-    try:
+    with _flag(_as_stored):
         yield
-    finally:
-        _as_stored.reset(token)
 
 
 def reading_as_stored() -> bool:
@@ -304,15 +301,22 @@ def read_only() -> Iterator[None]:
     another recipe than the one that wrote it (``memstack inspect``, ``stats``,
     ``export``): a look must not convert it.
     """
-    token = _read_only.set(True)
-    try:
+    with _flag(_read_only):
         yield
-    finally:
-        _read_only.reset(token)
 
 
 def reading_only() -> bool:
     return _read_only.get()
+
+
+@contextmanager
+def _flag(flag: ContextVar[bool]) -> Iterator[None]:
+    """``flag`` set for the block (and what it awaits), then as it was."""
+    token = flag.set(True)
+    try:
+        yield
+    finally:
+        flag.reset(token)
 
 
 def valid_view(items: Sequence[T], facts: Sequence[Fact] | None = None) -> list[T]:
