@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import inspect
 from abc import ABC, abstractmethod
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Hashable, Sequence
 from dataclasses import dataclass
 from functools import cache
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
@@ -178,6 +178,12 @@ class StorageCapabilities(ABC):
 
     def __init__(self, session: Session) -> None:
         self.session = session
+
+    def place(self) -> Hashable:
+        """Where the store keeps its sessions, for what the process remembers of one
+        (``memstack.cache``): stores with the same place hold the same sessions. By
+        default the store object itself, shared with no other."""
+        return ("object", id(self.session))
 
     @abstractmethod
     async def count(self) -> int:

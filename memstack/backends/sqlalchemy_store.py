@@ -19,7 +19,7 @@ concurrent writers, a serialisation failure) under its ``retry`` policy
 from __future__ import annotations
 
 import functools
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager, suppress
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
@@ -192,6 +192,12 @@ class SQLAlchemyCapabilities(sql.PlanCapabilities):
     #: How transactions the database rolled back are rerun (a subclass may set another).
     retry: ClassVar[Retry] = DEFAULT_RETRY
     reads_whole_up_to: ClassVar[bool] = True  # on PostgreSQL and SQLite; elsewhere ignored
+
+    def place(self) -> Hashable:
+        url = self.session.engine.url
+        if url.get_backend_name() == "sqlite" and url.database in (None, "", ":memory:"):
+            return super().place()  # an in-memory database is the engine's own
+        return (str(url), self.session._messages.name)
 
     async def transaction(self, call: Callable[[], Awaitable[T]]) -> T:
         store = self.session

@@ -8,7 +8,7 @@ operation one transaction against other processes too.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from agents.extensions.memory.async_sqlite_session import AsyncSQLiteSession
@@ -47,6 +47,10 @@ class _SqliteBase(sql.PlanCapabilities):
         """The newest ``n`` rows (all, when ``whole_up_to`` or fewer), read raw through the
         session's own connection."""
         raise NotImplementedError
+
+    def place(self) -> Hashable:
+        where = self._where()
+        return super().place() if ":memory:" in where[0] else where  # each its own database
 
     def _statement(self, window: int, whole_up_to: int) -> tuple[str, dict[str, Any]]:
         """The read of the newest rows and its parameters (``_newest`` or ``_adaptive``)."""

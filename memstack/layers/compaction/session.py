@@ -82,16 +82,6 @@ logger = logging.getLogger("memstack.compaction")
 _BACKOFF_FIRST, _BACKOFF_MOST = 30.0, 600.0
 clock = time.monotonic
 
-
-def _place(store: object) -> tuple[str, str]:
-    """Where a store keeps its sessions, as far as the SDK's stores say (an engine's URL,
-    a file), else the object itself: one database's session is one session for every
-    stack built over it, and sessions of other databases are not."""
-    engine = getattr(store, "engine", None)
-    where = str(getattr(engine, "url", None) or getattr(store, "db_path", None) or "")
-    if not where or ":memory:" in where:  # each in-memory database is one of its own
-        where = f"object {id(store)}"
-    return type(store).__name__, where
 _MAKING_LOCKS = threading.Lock()
 
 
@@ -364,7 +354,8 @@ class CompactionSession(SessionLayer):
                 return await self._compact(wrapper, force=True)
 
     async def _auto_compact(self, wrapper: RunContextWrapper[Any] | None) -> None:
-        backoff = ("compaction backoff", *_place(self.backend), self.session_id)
+        place = capabilities_of(self.backend).place()
+        backoff = ("compaction backoff", place, self.session_id)
         waiting = cache.get(backoff)  # (until, failures) after a failed attempt
         if waiting is not cache.MISSING and clock() < waiting[0] and self.on_error == "warn":
             return
