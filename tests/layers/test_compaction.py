@@ -583,13 +583,17 @@ def test_stack_builder_and_repr_show_the_configuration() -> None:
     assert "ResponsesCompact(model='gpt-4.1')" in repr(responses)
 
 
+def tool_pair(call_id: str, name: str, arguments: str, answer: Any) -> list[dict[str, Any]]:
+    """One call and its JSON answer, as the Runner writes them."""
+    return [
+        {"type": "function_call", "call_id": call_id, "name": name, "arguments": arguments},
+        {"type": "function_call_output", "call_id": call_id, "output": json.dumps(answer)},
+    ]
+
+
 def order_lookup(n: int) -> list[dict[str, Any]]:
     answer = {"items": [f"item-{n}"], "address": "Storgata 1, Oslo " * 20}
-    return [
-        {"type": "function_call", "call_id": f"o{n}", "name": "get_order",
-         "arguments": f'{{"id": "A{n}"}}'},
-        {"type": "function_call_output", "call_id": f"o{n}", "output": json.dumps(answer)},
-    ]  # fmt: skip
+    return tool_pair(f"o{n}", "get_order", f'{{"id": "A{n}"}}', answer)
 
 
 async def test_carried_key_fields_stand_after_the_summary_until_the_user_speaks() -> None:
@@ -673,11 +677,7 @@ def search(n: int) -> list[dict[str, Any]]:
          "seats": {"economy": k}, "prices": {"economy": 100 + k}, "note": "x" * 99}
         for k in range(4)
     ]  # fmt: skip
-    return [
-        {"type": "function_call", "call_id": f"s{n}", "name": "search",
-         "arguments": f'{{"date": "2024-05-1{n}"}}'},
-        {"type": "function_call_output", "call_id": f"s{n}", "output": json.dumps(flights)},
-    ]  # fmt: skip
+    return tool_pair(f"s{n}", "search", f'{{"date": "2024-05-1{n}"}}', flights)
 
 
 async def test_turn_fields_are_carried_in_the_turn_though_old_answers_keep_none() -> None:
