@@ -36,6 +36,7 @@ from memstack.errors import (
     MemstackError,
     UnknownUserError,
 )
+from memstack.formats import written_by
 from memstack.history import item_type, read_only, stored_history, validate_items
 from memstack.progress import progress_bar
 
@@ -89,6 +90,8 @@ async def cmd_validate(args: argparse.Namespace) -> int:
 
     recipe = load_recipe(args.recipe)
     unresolved = recipe.validate(resolve=args.resolve)
+    if not args.resolve:
+        _warn_of_an_unloadable_scheme(recipe.url)
     session = args.session or recipe.sample_session_id()
     scope = recipe.memory_scope(session)  # a session id naming no user fails here
     print(f"ok: {recipe.source}")
@@ -100,6 +103,17 @@ async def cmd_validate(args: argparse.Namespace) -> int:
         for reference in unresolved:
             print(f"  {reference}")
     return EXIT_OK
+
+
+def _warn_of_an_unloadable_scheme(url: str) -> None:
+    """Without ``--resolve`` a scheme no backend loads passes (a dialect may be a plugin
+    this machine lacks), but a bare "ok" would wave a typo through to production."""
+    from memstack.backends.open import check_url
+
+    try:
+        check_url(url)
+    except ConfigurationError as exc:
+        print(f"warning: [backend]: {exc} (an error with --resolve)", file=sys.stderr)
 
 
 @asynccontextmanager
@@ -298,6 +312,7 @@ async def cmd_import(args: argparse.Namespace) -> int:
                 reason = exc.reason.removeprefix("item 0 ")
                 raise ConfigurationError(f"{path}:{number}: {reason}") from exc
     async with _using(_open(args)) as stack:
+        _refuse_foreign_lines(path, items, stack)
         target = full_history_layer(stack)
         if args.replace:
             await target.clear_session()
@@ -313,6 +328,21 @@ async def cmd_import(args: argparse.Namespace) -> int:
                 bar.close()
     print(f"imported {counted(len(items), 'item')} into session {stack.session_id!r}")
     return EXIT_OK
+
+
+def _refuse_foreign_lines(path: Path, items: list[Any], stack: Session) -> None:
+    """An export holds items, and compaction's records where the stack had compaction
+    (they sit in its history as stored); any other layer's record, stored as an item,
+    would reach the model or stop every later read (``ForeignRecordError``)."""
+    reads = {"CompactionSession"} & {type(layer).__name__ for layer in iter_chain(stack)}
+    for number, item in enumerate(items, start=1):
+        layer = written_by(item)
+        if layer is not None and layer not in reads:
+            raise ConfigurationError(
+                f"{path}:{number}: a {layer} record, which no layer of this stack reads "
+                "as an imported line; export through the recipe that wrote it, and import "
+                "into a stack with the same layers (or leave such lines out)"
+            )
 
 
 async def cmd_demo(args: argparse.Namespace) -> int:

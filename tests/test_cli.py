@@ -167,6 +167,16 @@ def test_import_inspect_stats_export_round_trip(recipe: Path, tmp_path: Path):
         ("not json", "bad.jsonl:2: not JSON"),
         # JSON that no store keeps faithfully: named by its line too (a new-user trial).
         ('{"role": "user", "content": NaN}', "bad.jsonl:2: (message), field content: nan"),
+        # Another layer's record (an export through a stack with compaction, a raw TTL
+        # row): stored, it would reach the model or fail every later read.
+        (
+            '{"type": "memstack.compaction", "v": 1, "summary": []}',
+            "bad.jsonl:2: a CompactionSession record, which no layer of this stack reads",
+        ),
+        (
+            '{"__memstack_ttl__": 1, "t": 0.0, "item": {"role": "user", "content": "x"}}',
+            "bad.jsonl:2: a TTLSession record, which no layer of this stack reads",
+        ),
     ],
 )
 def test_import_rejects_bad_lines(recipe: Path, tmp_path: Path, line: str, message: str):

@@ -58,7 +58,11 @@ def test_a_structural_error_still_fails_without_secrets(tmp_path: Path):
 def test_resolve_refuses_a_scheme_no_backend_loads(tmp_path: Path):
     path = tmp_path / "foo.toml"
     path.write_text("[backend]\nurl = 'foo://x'\n")
-    assert validate(str(path)).returncode == 0  # the form only: a dialect may be a plugin
+    formed = validate(str(path))
+    assert formed.returncode == 0  # the form only: a dialect may be a plugin not installed here
+    # ... but "ok" alone would pass a typo to production: it is said, as a warning
+    assert "warning: [backend]: no backend loads foo:// URLs" in formed.stderr
+    assert "--resolve" in formed.stderr
     result = validate(str(path), "--resolve")
     assert result.returncode == 2, result
     error = result.stderr.strip()

@@ -174,6 +174,24 @@ async def test_long_term_memory_shares_the_stores_pool(fresh: None, tmp_path: Pa
     assert [m.text for m in await memory.recall("u", "tea")] == ["Prefers tea"]
 
 
+def test_opening_a_memory_store_outside_a_loop_opens_no_engine() -> None:
+    """``memstack serve`` checks its recipe before uvicorn starts its loop: that check
+    must not leave a pool behind on no loop (``/stats`` then showed two engines)."""
+    asyncio.run(memstack.dispose())
+    url = postgres()
+    memory = MemoryStore.from_url(url)
+    assert resources.stats().engines == 0
+
+    async def recall() -> int:
+        await memory.recall("res21-nobody", "tea")
+        engines = resources.stats().engines
+        await memory.close()
+        await memstack.dispose()
+        return engines
+
+    assert asyncio.run(recall()) == 1
+
+
 def run_in_thread(work: Any) -> Any:
     """``asyncio.run(work())`` in a new thread: a loop of its own."""
     result: list[Any] = []

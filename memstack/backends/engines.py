@@ -26,7 +26,7 @@ from memstack.loops import PerLoop
 if TYPE_CHECKING:
     from sqlalchemy.engine import Engine
 
-__all__ = ["LoopEngine", "configure_engine", "in_memory_sqlite"]
+__all__ = ["LoopEngine", "configure_engine", "dialect_name", "in_memory_sqlite"]
 
 
 class LoopEngine(AsyncEngine):
@@ -40,7 +40,9 @@ class LoopEngine(AsyncEngine):
         # AsyncEngine.__init__ would fix one sync engine; ours is looked up per loop.
         self._url = url
         self._options = dict(options)
-        self.shown = make_url(url).render_as_string(hide_password=True)
+        parsed = make_url(url)
+        self.shown = parsed.render_as_string(hide_password=True)
+        self.dialect_name = parsed.get_backend_name()
         self._setups: list[Callable[[AsyncEngine], None]] = []
         self._setup_lock = threading.Lock()
         self.engines: PerLoop[AsyncEngine] = PerLoop(self._new_engine, _dispose_engine)
@@ -84,6 +86,14 @@ class LoopEngine(AsyncEngine):
 
 async def _dispose_engine(engine: AsyncEngine) -> None:
     await engine.dispose()
+
+
+def dialect_name(engine: AsyncEngine) -> str:
+    """``engine.dialect.name``, without making a shared engine's pool for the running loop
+    (or for no loop: a store is often built before any loop runs, e.g. to check a recipe)."""
+    if isinstance(engine, LoopEngine):
+        return engine.dialect_name
+    return engine.dialect.name
 
 
 def configure_engine(engine: AsyncEngine, setup: Callable[[AsyncEngine], None]) -> None:

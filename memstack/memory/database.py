@@ -28,7 +28,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_en
 from sqlalchemy.pool import StaticPool
 
 import memstack.resources as resources
-from memstack.backends.engines import configure_engine, in_memory_sqlite
+from memstack.backends.engines import configure_engine, dialect_name, in_memory_sqlite
 from memstack.backends.translate import store_errors
 from memstack.errors import ConfigurationError, DecryptionError
 from memstack.memory.cipher import PLAIN_KID, MemoryCipher
@@ -114,7 +114,7 @@ def open_engine(url: str, engine_kwargs: Mapping[str, Any] | None = None) -> Asy
 
 def secure_delete(engine: AsyncEngine) -> None:
     """On SQLite, deleted memories are overwritten with zeros, not left in free pages."""
-    if engine.dialect.name == "sqlite":
+    if dialect_name(engine) == "sqlite":
         configure_engine(engine, _listen_secure_delete)
 
 
