@@ -39,8 +39,9 @@ _MAX_PIECES = 256
 # step of a recall, and a second thread takes ~2 ms off it for ~0–2 ms more CPU
 # (benchmarks/README.md, "One hand-off a statement"); idle threads sleep (``_session``).
 THREADS = min(2, os.cpu_count() or 1)
-# (model path, threads, int8 MatMuls) -> (onnxruntime session, tokenizer); both are safe to share between
-# threads (onnxruntime's run, and a tokenizer whose truncation and padding never change).
+# (model path, threads, int8 MatMuls) -> (onnxruntime session, tokenizer); both are safe to
+# share between threads (onnxruntime's run, and a tokenizer whose truncation and padding
+# never change).
 _SHARED: dict[tuple[str, int, bool], tuple[Any, Any]] = {}
 _SHARED_LOCK = threading.Lock()
 
@@ -136,7 +137,7 @@ class OnnxMiniLMEmbedder:
         if self.int8_matmul and (fast := onnx_int8.int8_matmuls(data)) is not None:
             try:
                 return self._new_session(onnxruntime, fast)
-            except Exception:  # noqa: BLE001 - a runtime without 8-bit MatMulNBits
+            except Exception:  # a runtime without 8-bit MatMulNBits: its own error types
                 pass  # the file as written gives the same vectors, a little slower
         return self._new_session(onnxruntime, data)
 

@@ -28,7 +28,7 @@ that ``MatMul`` as it is; bytes that are not a model give None.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -95,6 +95,15 @@ def _fields(data: memoryview) -> Iterator[tuple[int, int, int | memoryview, memo
         yield number, kind, value, data[start:at]
 
 
+def _messages(
+    fields: Iterable[tuple[int, int, int | memoryview, memoryview]], number: int
+) -> Iterator[memoryview]:
+    """The length-delimited values of field ``number`` (sub-messages, strings)."""
+    for field_number, _, value, _ in fields:
+        if field_number == number and not isinstance(value, int):
+            yield value
+
+
 def _encode_varint(value: int) -> bytes:
     out = bytearray()
     while True:
@@ -122,7 +131,6 @@ def _int_field(number: int, value: int) -> bytes:
 # -- the messages read ----------------------------------------------------------------------
 @dataclass
 class _Node:
-    raw: memoryview
     op: str = ""
     domain: str = ""
     name: str = ""
@@ -132,7 +140,7 @@ class _Node:
 
 
 def _node(raw: memoryview) -> _Node:
-    node = _Node(raw)
+    node = _Node()
     for number, _, value, _ in _fields(raw):
         if isinstance(value, int):
             continue
@@ -213,10 +221,8 @@ def _node_bytes(op: str, inputs: list[str], outputs: list[str], name: str, **int
 # -- the rewrite ----------------------------------------------------------------------------
 def graph_ops(model: bytes) -> list[str]:
     """The op type of each node of ``model``'s graph, in order."""
-    data = memoryview(model)
-    for number, _, value, _ in _fields(data):
-        if number == _MODEL_GRAPH and not isinstance(value, int):
-            return [_node(v).op for n, _, v, _ in _fields(value) if n == _GRAPH_NODE]  # type: ignore[arg-type]
+    for graph in _messages(_fields(memoryview(model)), _MODEL_GRAPH):
+        return [_node(node).op for node in _messages(_fields(graph), _GRAPH_NODE)]
     return []
 
 
@@ -231,8 +237,8 @@ def int8_matmuls(model: bytes, *, block_size: int = BLOCK_SIZE) -> bytes | None:
 
 def _rewrite(model: memoryview, block_size: int) -> bytes | None:
     top = list(_fields(model))
-    graphs = [value for number, _, value, _ in top if number == _MODEL_GRAPH]
-    if len(graphs) != 1 or isinstance(graphs[0], int):
+    graphs = list(_messages(top, _MODEL_GRAPH))
+    if len(graphs) != 1:
         return None
     graph = _rewrite_graph(graphs[0], block_size)
     if graph is None:
@@ -246,7 +252,7 @@ def _rewrite(model: memoryview, block_size: int) -> bytes | None:
             parts += [_key(_MODEL_GRAPH, _BYTES), _encode_varint(size), *graph]
             continue
         if number == _MODEL_OPSET and not isinstance(value, int):
-            contrib |= any(n == 1 and bytes(v) == _CONTRIB for n, _, v, _ in _fields(value))  # type: ignore[arg-type]
+            contrib |= any(bytes(domain) == _CONTRIB for domain in _messages(_fields(value), 1))
         parts.append(raw)
     if not contrib:
         parts.append(_bytes_field(_MODEL_OPSET, _bytes_field(1, _CONTRIB) + _int_field(2, 1)))
@@ -256,18 +262,17 @@ def _rewrite(model: memoryview, block_size: int) -> bytes | None:
 def _rewrite_graph(graph: memoryview, block_size: int) -> list[bytes | memoryview] | None:
     """The rewritten graph's fields, in order, or None when no MatMul was rewritten."""
     fields = list(_fields(graph))
-    nodes = [_node(v) for n, _, v, _ in fields if n == _GRAPH_NODE]  # type: ignore[arg-type]
+    nodes = [_node(node) for node in _messages(fields, _GRAPH_NODE)]
     tensors = {
-        t.name: t
-        for t in (_tensor(v) for n, _, v, _ in fields if n == _GRAPH_INITIALIZER)  # type: ignore[arg-type]
+        t.name: t for t in (_tensor(tensor) for tensor in _messages(fields, _GRAPH_INITIALIZER))
     }
     made_by = {output: node for node in nodes for output in node.outputs}
     readers = Counter(name for node in nodes for name in node.inputs)
-    replaced: dict[int, bytes] = {}  # id of a MatMul's raw bytes -> its MatMulNBits
+    replaced: dict[int, bytes] = {}  # a MatMul's place among the nodes -> its MatMulNBits
     dropped: set[str] = set()  # outputs of the Cast and Mul nodes no longer read
     freed: set[str] = set()  # initializers no longer read
     added: list[bytes] = []
-    for node in nodes:
+    for index, node in enumerate(nodes):
         found = _weight_of(node, made_by, tensors)
         if found is None:
             continue
@@ -285,7 +290,7 @@ def _rewrite_graph(graph: memoryview, block_size: int) -> list[bytes | memoryvie
         added.append(
             _bytes_field(_GRAPH_INITIALIZER, _tensor_bytes(name + "_S", _FLOAT, block_scales))
         )
-        replaced[id(node.raw)] = _node_bytes(
+        replaced[index] = _node_bytes(
             "MatMulNBits",
             [node.inputs[0], name + "_B", name + "_S"],
             node.outputs,
@@ -310,16 +315,17 @@ def _rewrite_graph(graph: memoryview, block_size: int) -> list[bytes | memoryvie
     if not replaced:
         return None
     parts: list[bytes | memoryview] = []
-    node_fields = iter(nodes)
+    index = -1
     for number, _, value, raw in fields:
-        if number == _GRAPH_NODE:
-            node = next(node_fields)
-            if id(node.raw) in replaced:
-                parts.append(_bytes_field(_GRAPH_NODE, replaced[id(node.raw)]))
+        if number == _GRAPH_NODE and not isinstance(value, int):
+            index += 1
+            node = nodes[index]
+            if index in replaced:
+                parts.append(_bytes_field(_GRAPH_NODE, replaced[index]))
             elif not (set(node.outputs) & dropped):
                 parts.append(raw)
-        elif number == _GRAPH_INITIALIZER:
-            if _tensor(value).name not in freed:  # type: ignore[arg-type]
+        elif number == _GRAPH_INITIALIZER and not isinstance(value, int):
+            if _tensor(value).name not in freed:
                 parts.append(raw)
         else:
             parts.append(raw)
@@ -355,4 +361,3 @@ def _weight_of(
     if len(scales) != n:
         return None
     return cast, scale_node, codes, scales
-

@@ -125,7 +125,10 @@ def test_the_centroid_of_ids_is_their_mean_unit_vector() -> None:
 def test_scores_in_chunks_are_those_of_one_product() -> None:
     """The shortlist is scored a cache-sized chunk at a time: the same float per row."""
     vectors = _clustered(3_000, 384, seed=3)
-    blocks = [Block.build([f"m{i}" for i in range(s, s + 1_000)], vectors[s : s + 1_000]) for s in (0, 1_000, 2_000)]
+    blocks = [
+        Block.build([f"m{i}" for i in range(s, s + 1_000)], vectors[s : s + 1_000])
+        for s in (0, 1_000, 2_000)
+    ]
     query = _clustered(1, 384, seed=4)[0]
     unit = (query / np.linalg.norm(query)).astype(np.float32)
     codes = np.concatenate([block.codes for block in blocks])
