@@ -36,6 +36,8 @@ __all__ = ["SHORTLIST", "Block", "centroid", "nearest", "shortlist_rows"]
 # float32 search this keeps.
 SHORTLIST = 4_000
 _PER_HIT = 40
+# Shortlisted rows turned to float and scored at a time (512 x 384 floats: 768 KB).
+_SCORE_ROWS = 512
 # Bytes a memory id costs in a tuple beside its codes (pointer and str header), roughly.
 _ID_BYTES = 60
 
@@ -169,8 +171,14 @@ def nearest(
             np.take(block.codes, rows, axis=0, out=codes[low:high])
             np.take(block.scales, rows, out=scales[low:high])
     # einsum, not ``@``: a product through BLAS wakes its thread pool, and on shared cores
-    # those threads spin (6,000 rows: 60 ms against 0.3 ms at load ~14).
-    scores = np.einsum("ij,j->i", codes.astype(np.float32), vector) * scales
+    # those threads spin (6,000 rows: 60 ms against 0.3 ms at load ~14). In chunks of
+    # ``_SCORE_ROWS``: each chunk's float copy stays in the core's cache (4,000 rows at
+    # once: 6 MB written and read back, ~0.4 ms more); each row's sum is the same.
+    scores = np.empty(len(chosen), dtype=np.float32)
+    for low in range(0, len(chosen), _SCORE_ROWS):
+        high = low + _SCORE_ROWS
+        scores[low:high] = np.einsum("ij,j->i", codes[low:high].astype(np.float32), vector)
+    scores *= scales
     # Equal scores (copies of one text) in row order: the same hits in every process.
     top = np.argsort(-scores, kind="stable")[: min(k, len(chosen))]
     owners = np.searchsorted(starts, chosen[top], side="right") - 1

@@ -120,3 +120,20 @@ def test_the_centroid_of_ids_is_their_mean_unit_vector() -> None:
     for turn in range(1, 7):
         assert centroid([many], ids[turn:] + ids[:turn]).tobytes() == first
         assert centroid([many], ids[::-1][turn:] + ids[::-1][:turn]).tobytes() == first
+
+
+def test_scores_in_chunks_are_those_of_one_product() -> None:
+    """The shortlist is scored a cache-sized chunk at a time: the same float per row."""
+    vectors = _clustered(3_000, 384, seed=3)
+    blocks = [
+        Block.build([f"m{i}" for i in range(s, s + 1_000)], vectors[s : s + 1_000])
+        for s in (0, 1_000, 2_000)
+    ]
+    query = _clustered(1, 384, seed=4)[0]
+    unit = (query / np.linalg.norm(query)).astype(np.float32)
+    codes = np.concatenate([block.codes for block in blocks])
+    scales = np.concatenate([block.scales for block in blocks])
+    whole = np.einsum("ij,j->i", codes.astype(np.float32), unit) * scales
+    order = np.argsort(-whole, kind="stable")[:2_000]
+    expected = [(f"m{i}", float(whole[i])) for i in order.tolist()]
+    assert nearest(blocks, query, 2_000, shortlist=3_000) == expected
