@@ -36,7 +36,7 @@ import numpy as np
 __all__ = ["BLOCK_SIZE", "graph_ops", "int8_matmuls"]
 
 #: Activations are quantised per this many inputs: 32 keeps the vectors within ~0.0003 in
-#: cosine of float activations (128: ~0.0007) for ~0.5 ms more a query.
+#: cosine of float activations (128: ~0.0014), at no speed difference measured.
 BLOCK_SIZE = 32
 _ACCURACY_INT8 = 4  # MatMulNBits: int8 products of quantised activations and weights
 _CONTRIB = b"com.microsoft"
