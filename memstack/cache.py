@@ -22,6 +22,7 @@ instead of changing one, and the top of a stack hands its caller copies.
 from __future__ import annotations
 
 import re
+import sys
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
@@ -34,6 +35,7 @@ __all__ = [
     "ProcessCache",
     "Stats",
     "clear",
+    "compact",
     "configure",
     "discard",
     "get",
@@ -52,7 +54,7 @@ DEFAULT_MAX_BYTES = 64 << 20
 # What an entry costs beyond the weight its caller gives: the key tuple, the OrderedDict
 # node and the entry's own slot, measured with tracemalloc (see tests/test_cache.py).
 ENTRY_OVERHEAD = 240
-PARSED_ITEM_OVERHEAD = 480  # see parsed_weight
+PARSED_ITEM_OVERHEAD = 240  # see parsed_weight
 _MISSING: Any = object()
 
 
@@ -200,11 +202,44 @@ def max_bytes() -> int:
 def parsed_weight(chars: int, items: int = 1) -> int:
     """Bytes Python holds for ``items`` JSON items parsed from ``chars`` characters of text.
 
-    About two and a half bytes a character for a long item, and a few hundred for the
-    objects of any item (its dicts, its keys, each string's header): a short message
-    holds several times its text (measured with tracemalloc, ``tests/test_cache.py``).
+    Items made by ``compact`` (their keys and short strings shared): up to two bytes a
+    character (a non-Latin text takes two or four a character, its JSON escapes more
+    characters than it holds), and a few hundred for the objects of an item (its dicts,
+    each string's header), measured with tracemalloc (``tests/test_cache.py``).
     """
-    return (5 * chars) // 2 + PARSED_ITEM_OVERHEAD * items
+    return 2 * chars + PARSED_ITEM_OVERHEAD * items
+
+
+_SHORT = 16  # strings this short are names (keys, roles, types, key ids): shared
+_intern = sys.intern
+
+
+def compact(value: Any) -> Any:
+    """A parsed JSON value, its dict keys and short strings shared with every other's.
+
+    ``json.loads`` makes new strings for every key of every object it parses: a short
+    chat item kept as parsed holds more bytes in ``"role"``, ``"content"`` and the like
+    than in its text. Values kept for the whole process are compacted once, when made.
+    """
+    kind = type(value)
+    if kind is dict:
+        return {
+            _intern(k) if type(k) is str else k: compact(v)
+            if type(v) in _NESTED or (type(v) is str and len(v) <= _SHORT)
+            else v
+            for k, v in value.items()
+        }
+    if kind is list:
+        return [
+            compact(v) if type(v) in _NESTED or (type(v) is str and len(v) <= _SHORT) else v
+            for v in value
+        ]
+    if kind is str and len(value) <= _SHORT:
+        return _intern(value)
+    return value
+
+
+_NESTED = (dict, list)
 
 
 get = _CACHE.get  # the value cached under a key, or ``cache.MISSING`` (no extra call)

@@ -216,3 +216,56 @@ def test_the_budget_bounds_what_stacks_built_per_request_leave_behind(tmp_path: 
         cache.configure(max_bytes=saved)
     assert 0 < weighed <= budget
     assert freed <= weighed, f"clearing freed {freed} bytes; the cache weighed {weighed}"
+
+
+def test_a_served_item_costs_about_a_kilobyte(tmp_path: Path, monkeypatch: Any) -> None:
+    """Per-item footprint: the production recipe built per request, as ``bench server``
+    serves it (short chat items), keeps each item once in a compact form.
+
+    Issue 21's server target (RSS ≤ bare + 25 MB over 10,000 requests) at the default
+    budget needs the 20,000 items of 160 sessions to fit in well under 36 MB: what the
+    cache weighs, and so what clearing it frees, stays under 1.6 KB an item (they were
+    3.2 KB weighed and 2.6 KB freed), and the weights still cover what is held.
+    """
+    import asyncio
+
+    from memstack.crypto import generate_key
+    from memstack.recipes import load_recipe
+
+    monkeypatch.setenv("CHAT_KEY_CURRENT", generate_key())
+    monkeypatch.setenv("OPENAI_API_KEY", "unused")
+    recipe = load_recipe(
+        Path(__file__).parent.parent / "recipes" / "production.toml",
+        url=f"sqlite:///{tmp_path / 'chat.db'}",
+    )
+    sessions, turns = 8, 20
+
+    async def traffic() -> None:
+        for _ in range(turns):
+            for number in range(sessions):
+                session = recipe.build(f"user-{number}:thread")
+                await session.get_items()
+                message = f"request {number}"  # as bench_server.py sends
+                await session.add_items(
+                    [
+                        {"role": "user", "content": message},
+                        {"role": "assistant", "content": f"You said: {message}"},
+                    ]
+                )
+
+    cache.clear()
+    tracemalloc.start()
+    try:
+        asyncio.run(traffic())
+        gc.collect()
+        weighed = cache.total_bytes()
+        held = tracemalloc.get_traced_memory()[0]
+        cache.clear()
+        gc.collect()
+        freed = held - tracemalloc.get_traced_memory()[0]
+    finally:
+        tracemalloc.stop()
+    items = sessions * turns * 2
+    assert freed <= weighed, f"clearing freed {freed} bytes; the cache weighed {weighed}"
+    per_item = f"{weighed / items:.0f} B weighed an item, {freed / items:.0f} freed"
+    assert weighed / items <= 1600, per_item
