@@ -24,7 +24,7 @@ caches that hold only keys and weights within those keys' share of the budget, o
 least recently used, one guarded, and new entries go in guarded while the guarded shadow
 missed less lately. A working set that moves on (and fits) is then taken up again within
 a few passes over it (the shadows' misses count for less as they age). ``Stats.guarded``
-counts entries that went in guarded; ``ProcessCache.guarding()`` tells the rule in force.
+counts entries that went in guarded; ``guarding()`` tells the rule in force.
 
 Every key says what makes its entry trustworthy: a stored row's entry answers only for
 the same text, an opened envelope's only under the same derived session key (see
@@ -54,6 +54,7 @@ __all__ = [
     "discard",
     "get",
     "get_or_put",
+    "guarding",
     "max_bytes",
     "parse_size",
     "parsed_weight",
@@ -318,19 +319,27 @@ def compact(value: Any) -> Any:
 
     ``json.loads`` makes new strings for every key of every object it parses: a short
     chat item kept as parsed holds more bytes in ``"role"``, ``"content"`` and the like
-    than in its text. Values kept for the whole process are compacted once, when made.
+    than in its text. Values kept for the whole process are compacted once, when made; a
+    value nested deeper than Python's recursion limit allows twice over is kept as it is.
     """
+    try:
+        return _compact(value)
+    except RecursionError:
+        return value
+
+
+def _compact(value: Any) -> Any:
     kind = type(value)
     if kind is dict:
         return {
-            _intern(k) if type(k) is str else k: compact(v)
+            _intern(k) if type(k) is str else k: _compact(v)
             if type(v) in _NESTED or (type(v) is str and len(v) <= _SHORT)
             else v
             for k, v in value.items()
         }
     if kind is list:
         return [
-            compact(v) if type(v) in _NESTED or (type(v) is str and len(v) <= _SHORT) else v
+            _compact(v) if type(v) in _NESTED or (type(v) is str and len(v) <= _SHORT) else v
             for v in value
         ]
     if kind is str and len(value) <= _SHORT:
@@ -365,6 +374,11 @@ def get_or_put(key: tuple[Hashable, ...], compute: Callable[[], V], *, weight: i
 def stats() -> dict[Hashable, Stats]:
     """Hits, misses, entries, bytes and evictions per namespace (a copy)."""
     return _CACHE.stats()
+
+
+def guarding() -> bool:
+    """Whether new entries put into the full cache go in guarded now (module docstring)."""
+    return _CACHE.guarding()
 
 
 def total_bytes() -> int:
