@@ -10,13 +10,15 @@
 
 Parsing JSON rows is most of what a bare read costs. ``newest_rows`` keeps what a
 session's read parsed in the process cache (``memstack.incremental``), by each row's
-stored text, and the next read of that session parses only the rows whose text it has
-not seen: another process's write, an in-place rewrite and a reused row id change the
-text and are parsed again, never answered stale. The value comes with its content key (a
-digest of the text), so counts and placeholders derived from it are looked up too. A
-kept read weighs its rows' text and values, and nothing else keeps them, so the budget
-counts them once; a read too big for one entry keeps its rows one by one instead
-(``parsed``), under the store, session and row id. Values are shared: read-only.
+content key (a 16-byte digest of its stored text), and the next read of that session
+parses only the rows whose key it has not seen: another process's write, an in-place
+rewrite and a reused row id change the text and are parsed again, never answered stale.
+The keys go up with the values, so counts and placeholders derived from them are looked
+up too. Only values and keys are kept (``cache.compact``: their dict keys shared), not
+the texts: a kept read weighs them, and nothing else keeps them, so the budget counts
+them once; a read too big for one entry keeps its rows one by one instead (``parsed``),
+under the store, session and row id, compared with the whole text. Values are shared:
+read-only.
 """
 
 from __future__ import annotations
