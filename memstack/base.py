@@ -40,6 +40,7 @@ from memstack.backends.translate import store_errors
 from memstack.errors import ConfigurationError
 from memstack.history import (
     Fact,
+    fact_weight,
     item_fact,
     newest_valid,
     reading_as_stored,
@@ -73,7 +74,6 @@ __all__ = [
 T = TypeVar("T")
 Item = dict[str, Any]
 
-_FACT_WEIGHT = 120  # a kept fact: a tuple of four and its pair key's tuple
 
 # Session method -> the class flag saying a layer class does it its own way.
 _OWN_WAY = {
@@ -384,7 +384,7 @@ def _view_facts(tail: Tail, session_id: str) -> list[Fact]:
         for index, found in enumerate(known):
             if found is incremental.MISSING:
                 known[index] = item_fact(items[index])
-    incremental.keep(slot, tail.keys, known, shared=True, weight=_FACT_WEIGHT * len(known))
+    incremental.keep(slot, tail.keys, known, shared=True, weight=fact_weight(known))
     return known
 
 

@@ -33,10 +33,12 @@ from memstack.errors import ItemValidationError, StoredItemError
 
 __all__ = [
     "CALL_TO_OUTPUT",
+    "FACT_WEIGHT",
     "Fact",
     "Span",
     "cut_points",
     "cuts_of",
+    "fact_weight",
     "history_problems",
     "is_pinned",
     "is_user_message",
@@ -148,11 +150,28 @@ def item_fact(item: Item) -> Fact:
     """``(type, pair key, is an output, is a user message)`` of one item."""
     kind = item.get("type")
     if not isinstance(kind, str):
-        return ("message", None, False, item.get("role") == "user")
+        return _USER_MESSAGE if item.get("role") == "user" else _OTHER_MESSAGE
     pairing = _PAIRING.get(kind)
     if pairing is None:
-        return (kind, None, False, kind == "message" and item.get("role") == "user")
+        fact = (kind, None, False, kind == "message" and item.get("role") == "user")
+        # Kept per row for a session's reads: the few facts of unpaired items are shared.
+        return _UNPAIRED.setdefault(fact, fact) if len(_UNPAIRED) < 256 else fact
     return (kind, _pair_ident(item, pairing), pairing[1], False)
+
+
+# What a kept fact holds of its own: a paired item's, a tuple of four and its pair key's
+# tuple (whose strings are the item's); an unpaired item's is shared.
+FACT_WEIGHT = 128
+
+
+def fact_weight(facts: Sequence[Fact]) -> int:
+    """Bytes ``facts`` hold of their own (paired items' facts)."""
+    return FACT_WEIGHT * sum(1 for fact in facts if fact[1] is not None)
+
+
+_USER_MESSAGE: Fact = ("message", None, False, True)
+_OTHER_MESSAGE: Fact = ("message", None, False, False)
+_UNPAIRED: dict[Fact, Fact] = {_USER_MESSAGE: _USER_MESSAGE, _OTHER_MESSAGE: _OTHER_MESSAGE}
 
 
 def cut_points(items: Sequence[Item]) -> list[bool]:

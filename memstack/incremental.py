@@ -40,14 +40,16 @@ from typing import Any
 
 import memstack.cache as cache
 
-__all__ = ["MISSING", "keep", "previous", "previous_with"]
+__all__ = ["KEY_WEIGHT", "MISSING", "WEIGHT_PER_ROW", "keep", "previous", "previous_with"]
 
 MISSING: Any = cache.MISSING  # a position whose result the last read did not give
-# What a kept read holds of its own per row: two list slots, and a result's own objects
-# (a tuple of two, a derived 16-byte key: about 120 bytes). A read whose results hold
-# more (parsed rows, opened items) says so with ``weight``: the values it keeps stay
-# alive as long as it does, whether or not their own entries are still in the cache.
-WEIGHT_PER_ROW = 128
+# What a kept read holds of its own per row: two list slots (its keys are the read's,
+# made and weighed by the layer below, or by the rows read for a store's own keys). A
+# read whose results hold objects of their own (parsed rows, stamps, opened items, derived
+# keys) says so with ``weight``: the values it keeps stay alive as long as it does,
+# whether or not their own entries are still in the cache.
+WEIGHT_PER_ROW = 24
+KEY_WEIGHT = 49  # a 16-byte content key (``bytes``) made by the read that keeps it
 
 
 def previous(slot: tuple[Hashable, ...], keys: Sequence[Hashable | None]) -> list[Any]:

@@ -140,7 +140,7 @@ def counts(
     def count(index: int) -> int:
         found = known[index]
         if found is incremental.MISSING:
-            found = known[index] = tokens(items[index], keys[index])
+            found = known[index] = tokens(items[index], keys[index], keep=False)
         return found  # type: ignore[no-any-return]
 
     return count
@@ -160,8 +160,11 @@ def total(
     if incremental.MISSING in known:
         for index, found in enumerate(known):
             if found is incremental.MISSING:
-                known[index] = counter.count_keyed(items[index], keys[index])
+                known[index] = counter.count_keyed(items[index], keys[index], keep=False)
     return sum(known)
+
+
+_COUNT_WEIGHT = 28  # a count over 256 (smaller ones are shared)
 
 
 def _kept_counts(counter: TokenCounter, keys: Sequence[bytes | None], session_id: str) -> list[Any]:
@@ -170,7 +173,7 @@ def _kept_counts(counter: TokenCounter, keys: Sequence[bytes | None], session_id
     known = incremental.previous(slot, keys)
     # Kept now and filled in as the read counts (lazily, from the newest item back):
     # each count is the pure function of its key that any reader would find.
-    incremental.keep(slot, keys, known, shared=True)
+    incremental.keep(slot, keys, known, shared=True, weight=_COUNT_WEIGHT * len(keys))
     return known
 
 
@@ -232,8 +235,9 @@ class TokenCounter:
         """Estimated context cost of one input item; cached by content."""
         return self.count_keyed(item, None)
 
-    def count_keyed(self, item: Mapping[str, Any], key: bytes | None) -> int:
-        """``count_item``, looked up under ``key`` (the item's content key) when given."""
+    def count_keyed(self, item: Mapping[str, Any], key: bytes | None, *, keep: bool = True) -> int:
+        """``count_item``, looked up under ``key`` (the item's content key) when given;
+        ``keep=False``: not kept on its own entry (a session's kept read holds it)."""
         if not self.cache_size:
             return self._count_uncached(item)
         slot = (*self.way, key if key is not None else content_key(item))
@@ -244,9 +248,13 @@ class TokenCounter:
             # A read's key names the stored row (its text, an envelope): the item was
             # most likely counted when this process wrote it, by its content (a compaction
             # trigger's ``after_write``). Hashing it costs a tenth of tokenising it.
-            found = cache.get((*self.way, content_key(item)))
+            by_content = (*self.way, content_key(item))
+            found = cache.get(by_content)
+            if not keep and found is not cache.MISSING:
+                cache.discard(by_content)  # the session's kept read holds it from now on
         count = self._count_uncached(item) if found is cache.MISSING else found
-        cache.put(slot, count, weight=16)
+        if keep:
+            cache.put(slot, count, weight=16)
         return count
 
     def _count_uncached(self, item: Mapping[str, Any]) -> int:

@@ -10,13 +10,15 @@
 
 Parsing JSON rows is most of what a bare read costs. ``newest_rows`` keeps what a
 session's read parsed in the process cache (``memstack.incremental``), by each row's
-stored text, and the next read of that session parses only the rows whose text it has
-not seen: another process's write, an in-place rewrite and a reused row id change the
-text and are parsed again, never answered stale. The value comes with its content key (a
-digest of the text), so counts and placeholders derived from it are looked up too. A
-kept read weighs its rows' text and values, and nothing else keeps them, so the budget
-counts them once; a read too big for one entry keeps its rows one by one instead
-(``parsed``), under the store, session and row id. Values are shared: read-only.
+content key (a 16-byte digest of its stored text), and the next read of that session
+parses only the rows whose key it has not seen: another process's write, an in-place
+rewrite and a reused row id change the text and are parsed again, never answered stale.
+The keys go up with the values, so counts and placeholders derived from them are looked
+up too. Only values and keys are kept (``cache.compact``: their dict keys shared), not
+the texts: a kept read weighs them, and nothing else keeps them, so the budget counts
+them once; a read too big for one entry keeps its rows one by one instead (``parsed``),
+under the store, session and row id, compared with the whole text. Values are shared:
+read-only.
 """
 
 from __future__ import annotations
@@ -33,10 +35,17 @@ from memstack.backends.capabilities import Tail
 __all__ = ["newest_rows", "parse", "parsed"]
 
 
+_LEFT_OUT: Any = object()  # a row that does not parse (a kept read's result for it)
+
+
+def text_key(text: str) -> bytes:
+    """A stored row's content key: a digest of its text."""
+    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
+
+
 def parse(text: str) -> tuple[Any, bytes]:
     """The value of one stored row and its content key; ``ValueError`` if not JSON."""
-    value = json.loads(text)
-    return value, hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
+    return cache.compact(json.loads(text)), text_key(text)
 
 
 def parsed(store: Hashable, session_id: str, row_id: Any, text: str) -> tuple[Any, bytes]:
@@ -80,9 +89,13 @@ async def newest_rows(
         rows = await fetch(window, whole_up_to)
         whole_up_to = 0
         texts = [text for _, text in reversed(rows)]
-        # The rows the last read of this session parsed, by their text (``memstack.incremental``).
-        known = incremental.previous(slot, texts)
-        weight = _weight(texts)
+        # Each row's content key (a digest of its text) names it: the rows the last read
+        # of this session parsed are found by key (``memstack.incremental``), and only
+        # their values are kept, not the texts (a text weighs as much as its value).
+        row_keys = list(map(text_key, texts))
+        known = incremental.previous(slot, row_keys)
+        weight = cache.parsed_weight(sum(map(len, texts)), len(texts))
+        weight += incremental.KEY_WEIGHT * len(texts)
         whole = weight <= cache.max_bytes() // 8  # else kept row by row
         values: list[Any] = []
         keys: list[bytes | None] = []
@@ -91,17 +104,19 @@ async def newest_rows(
             if found is incremental.MISSING:
                 try:
                     found = known[index] = (
-                        parse(text) if whole else parsed(store, session_id, row_id, text)
+                        cache.compact(json.loads(text))
+                        if whole
+                        else parsed(store, session_id, row_id, text)[0]
                     )
                 except skip:
-                    known[index] = None
+                    known[index] = _LEFT_OUT
                     continue
-            elif found is None:
+            elif found is _LEFT_OUT:
                 continue
-            values.append(found[0])
-            keys.append(found[1])
+            values.append(found)
+            keys.append(row_keys[index])
         if whole:  # one entry holds the values, and weighs them
-            incremental.keep(slot, texts, known, weight=weight)
+            incremental.keep(slot, row_keys, known, weight=weight)
         if len(rows) > window:  # an adaptive read took the whole session
             return Tail(values, [None] * len(values), keys, complete=True)
         if len(values) >= n or len(rows) < window:

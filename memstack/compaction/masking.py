@@ -58,6 +58,7 @@ from memstack.content_keys import derived_key, key_of, keyed_by
 from memstack.errors import ConfigurationError
 from memstack.history import (
     Fact,
+    fact_weight,
     is_user_message,
     item_fact,
     item_type,
@@ -73,7 +74,7 @@ DEFAULT_TEMPLATE = "[Output of {tool}({args}) omitted to save context; call it a
 # Output items whose ``output`` may be replaced by a string and stay a valid input item.
 _MASKABLE = frozenset({"function_call_output", "custom_tool_call_output"})
 MISSED: Any = incremental.MISSING
-_ROW_WEIGHT = 160  # a row's list, its fact tuple and its pair key (beyond incremental's own)
+_LIST_WEIGHT = 72  # an output's row: a list of its fact and masked form
 _FIELD = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 
@@ -232,8 +233,11 @@ class Mask:
         if MISSED in rows:
             for index, row in enumerate(rows):
                 if row is MISSED:
-                    rows[index] = [item_fact(items[index]), None]
-        facts = [row[0] for row in rows]
+                    fact = item_fact(items[index])
+                    # An output keeps its masked form beside its fact; any other row,
+                    # its (shared) fact alone.
+                    rows[index] = [fact, None] if fact[0] in _MASKABLE and fact[1] else fact
+        facts = [row if type(row) is tuple else row[0] for row in rows]
         calls: dict[tuple[str, str], int] = {}
         outputs: list[int] = []
         for index, (kind, key, _, _) in enumerate(facts):
@@ -244,7 +248,7 @@ class Mask:
             else:
                 calls[key] = index
         result, result_keys = list(items), list(keys)
-        weight = _ROW_WEIGHT * len(rows)
+        weight = fact_weight(facts) + _LIST_WEIGHT * sum(1 for row in rows if type(row) is list)
         if outputs:
             weight += self._mask_outputs(
                 items, keys, facts, rows, calls, outputs, result, result_keys

@@ -324,7 +324,8 @@ class SessionCipher:
             key = content_keys[index]
             results[index] = (item, None if key is None else derived_key(key, tag), weight)
         fingerprints = {kid: known.fingerprint for kid, known in keys.items()}
-        weight = sum(map(_THIRD, results))
+        # Each result's own: its item, and a tuple of three with a derived key and a size.
+        weight = sum(map(_THIRD, results)) + (64 + incremental.KEY_WEIGHT + 28) * len(results)
         if whole and weight <= cache.max_bytes() // 8:  # one entry holds them, weighs them
             incremental.keep(slot, content_keys, results, fingerprints, weight=weight)
         elif whole:  # too big to be kept whole: kept item by item, as ``open_all`` keeps them
@@ -427,7 +428,7 @@ class SessionCipher:
                     raise ValueError("deflate stream is incomplete")
             elif flag != _RAW:
                 raise ValueError(f"unknown payload encoding {flag}")
-            item = json.loads(body.decode("utf-8"))
+            item = cache.compact(json.loads(body.decode("utf-8")))
         except (ValueError, zlib.error, binascii.Error) as exc:
             raise self.error(
                 f"authenticated payload under key id {kid!r} is corrupt: {exc}", kid

@@ -94,7 +94,9 @@ _CONTEXT = 4  # stored records a write reads first: the newest one, and any unit
 _WHOLE_FIRST = 256  # records a read of the whole history asks for first
 _FIRST, _SECOND = operator.itemgetter(0), operator.itemgetter(1)
 _ANCHOR = operator.attrgetter("anchor")
-_STAMP_WEIGHT = 128  # a Stamp (a tuple of six) beyond the two-tuple and key a kept row holds
+# A kept row's own: a Stamp (a tuple of six), the pair it sits in, its item's derived key
+# and an anchor (its item and time are the parsed row's, weighed by the rows read).
+_STAMP_WEIGHT = 88 + 56 + incremental.KEY_WEIGHT + 24
 
 Seconds = float | int | timedelta
 Clock = Callable[[], float]
