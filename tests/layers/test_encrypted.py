@@ -198,8 +198,8 @@ async def test_envelope_moved_to_another_session_is_rejected() -> None:
 async def test_unknown_format_version_raises() -> None:
     store = InMemorySession("s1")
     await encrypted(store).add_items(sample_items(1))
-    store.rows[0] = json.dumps({**json.loads(store.rows[0]), "menc": 2})
-    with pytest.raises(DecryptionError, match="unknown envelope format version 2"):
+    store.rows[0] = json.dumps({**json.loads(store.rows[0]), "menc": 3})
+    with pytest.raises(DecryptionError, match="unknown envelope format version 3"):
         await encrypted(store).get_items()
 
 
