@@ -254,7 +254,7 @@ class TokenCounter:
                 found = cache.get((*self.way, content_key(item)))
             count = self._count_uncached(item) if found is cache.MISSING else found
         cache.put(slot, count, weight=16)
-        return count  # type: ignore[no-any-return]
+        return count
 
     def _parts_keyed(
         self, item: Mapping[str, Any], key: bytes | None, own: bytes | None
@@ -390,11 +390,7 @@ def remember_sealed(
 
 
 def _are_parts(value: object) -> bool:
-    return (
-        type(value) is list
-        and len(value) == 2
-        and all(type(n) is int and n >= 0 for n in value)
-    )
+    return type(value) is list and len(value) == 2 and all(type(n) is int and n >= 0 for n in value)
 
 
 @functools.lru_cache(maxsize=64)

@@ -74,7 +74,16 @@ from memstack.content_keys import derived_key
 from memstack.crypto.keys import KeyProvider, check_kid, parse_key
 from memstack.errors import ConfigurationError, DecryptionError, ItemValidationError
 
-__all__ = ["FACTS_FORMAT", "FORMAT", "FORMATS", "MARKER", "ZDICT", "ZDICT_2", "SessionCipher", "is_envelope"]
+__all__ = [
+    "FACTS_FORMAT",
+    "FORMAT",
+    "FORMATS",
+    "MARKER",
+    "ZDICT",
+    "ZDICT_2",
+    "SessionCipher",
+    "is_envelope",
+]
 
 FORMAT = 1
 FACTS_FORMAT = 2  # format 1 and facts about the item, sealed with it
@@ -366,8 +375,8 @@ class SessionCipher:
                 envelope: dict[str, Any] = envelopes[index]  # type: ignore[assignment]
                 kid, text = envelope["kid"], envelope["ct"]
                 opened = results[index][0], results[index][2], facts[index]
-                slot = _slot(keys[kid], envelope[MARKER], kid, text)
-                cache.put(slot, opened, weight=opened[1])
+                where = _slot(keys[kid], envelope[MARKER], kid, text)
+                cache.put(where, opened, weight=opened[1])
         return list(map(_FIRST, results)), list(map(_SECOND, results)), facts
 
     def _same_keys(self, used: dict[str, bytes], keys: dict[str, _SessionKey]) -> bool:
@@ -446,9 +455,7 @@ class SessionCipher:
         if len(sealed) < _NONCE + _TAG + 1:
             raise self.error(f"envelope under key id {kid!r} is truncated", kid)
         try:
-            plaintext = known.aead.decrypt(
-                sealed[:_NONCE], sealed[_NONCE:], known.aad_for(version)
-            )
+            plaintext = known.aead.decrypt(sealed[:_NONCE], sealed[_NONCE:], known.aad_for(version))
         except InvalidTag as exc:
             raise self.error(
                 f"cannot authenticate item under key id {kid!r}: wrong key, or the envelope "
@@ -485,7 +492,9 @@ class SessionCipher:
         return item, len(body), facts
 
 
-def _slot(known: _SessionKey, version: int, kid: str, text: str) -> tuple[str, bytes, int, str, str]:
+def _slot(
+    known: _SessionKey, version: int, kid: str, text: str
+) -> tuple[str, bytes, int, str, str]:
     """Where an opened item is kept: its ciphertext under the fingerprint of its key (and
     its format, which says what the ciphertext was authenticated as)."""
     return ("envelopes", known.fingerprint, version, kid, text)
