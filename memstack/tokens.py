@@ -246,37 +246,26 @@ class TokenCounter:
         found = cache.get(slot)
         if found is not cache.MISSING:
             return found  # type: ignore[no-any-return]
-        if type(self) is TokenCounter:
-            text, media = self._parts_keyed(item, key, own)
-            count = self.item_overhead + text + media * self.media_tokens
-        else:  # a subclass may count otherwise: only its own counts answer for it
-            if key is not None:
-                found = cache.get((*self.way, content_key(item)))
-            count = self._count_uncached(item) if found is cache.MISSING else found
-        cache.put(slot, count, weight=16)
-        return count
-
-    def _parts_keyed(
-        self, item: Mapping[str, Any], key: bytes | None, own: bytes | None
-    ) -> tuple[int, int]:
-        """``parts``, from the process cache where known: under the read's ``key`` (an
-        envelope sealed them, ``remember_sealed``), else under the item's content key
-        (``own``: this process counted or wrote the item)."""
-        if key is not None:
-            parts = cache.get(_parts_slot(self.encoding_name, key))
-            if parts is not cache.MISSING:
-                return parts  # type: ignore[no-any-return]
+        exact = type(self) is TokenCounter  # a subclass may count otherwise: its own counts
+        if exact and key is not None:  # an envelope sealed the parts (``remember_sealed``)
+            found = self._from_parts(cache.get(_parts_slot(self.encoding_name, key)))
+        if found is cache.MISSING and key is not None:
             # A read's key names the stored row: the item was most likely counted when
             # this process wrote it, by its content. Hashing it costs a tenth of
             # tokenising it.
             own = content_key(item)
-        assert own is not None
-        slot = _parts_slot(self.encoding_name, own)
-        parts = cache.get(slot)
+            found = cache.get((*self.way, own))
+        if found is cache.MISSING and exact and own is not None:  # this process sealed it
+            found = self._from_parts(cache.get(_parts_slot(self.encoding_name, own)))
+        count = self._count_uncached(item) if found is cache.MISSING else found
+        cache.put(slot, count, weight=16)
+        return count
+
+    def _from_parts(self, parts: Any) -> Any:
+        """The count these parts make (``MISSING`` for ``MISSING``)."""
         if parts is cache.MISSING:
-            parts = self.parts(item)
-            cache.put(slot, parts, weight=32)
-        return parts  # type: ignore[no-any-return]
+            return parts
+        return self.item_overhead + parts[0] + parts[1] * self.media_tokens
 
     def parts(self, item: Mapping[str, Any]) -> tuple[int, int]:
         """What ``count_item`` adds up, uncached: (tokens of the item's texts, media parts).
@@ -349,12 +338,14 @@ def sealed_name(encoding: str) -> str:
     return f"tokens:{RULES}:{encoding}"
 
 
+@functools.lru_cache(maxsize=8)
 def sealed_parts(encoding: str) -> Callable[[Mapping[str, Any]], dict[str, list[int]]]:
     """What an ``EncryptedSession`` seals with each item: its parts for ``encoding``.
 
     Counted as ``count_item`` counts (and kept by the item's content key, so a counter
     of this encoding counting the same item right after, as a compaction trigger does
-    after a write, finds them).
+    after a write, finds them). One per encoding for the process: stacks built per
+    request share it.
     """
     counter = TokenCounter(encoding=encoding)
     name = sealed_name(encoding)
@@ -371,21 +362,27 @@ def sealed_parts(encoding: str) -> Callable[[Mapping[str, Any]], dict[str, list[
 
 
 def remember_sealed(
-    keys: Sequence[bytes | None], facts: Sequence[Mapping[str, Any] | None]
+    items: Sequence[Mapping[str, Any]],
+    keys: Sequence[bytes | None],
+    facts: Sequence[Mapping[str, Any] | None],
 ) -> None:
-    """Keep the parts that envelopes sealed with their items, by the opened items' keys.
+    """Keep the parts that envelopes sealed with their items, by the items' keys (their
+    content keys where a read knows none).
 
     The envelope authenticated them with the item, so they are the item's parts as its
     writer counted them under the same rules (``RULES`` is in their name): a counter of
     that encoding then tokenises none of these items. Anything else is left alone.
     """
     prefix = f"tokens:{RULES}:"
-    for key, found in zip(keys, facts, strict=True):
-        if key is None or not found:
+    for index, found in enumerate(facts):
+        if not found:
             continue
+        key = keys[index]
         for name, parts in found.items():
             if not name.startswith(prefix) or not _are_parts(parts):
                 continue
+            if key is None:
+                key = content_key(items[index])
             cache.put(_parts_slot(name[len(prefix) :], key), (parts[0], parts[1]), weight=32)
 
 

@@ -208,7 +208,7 @@ class EncryptedSession(SessionLayer):
             found = self._cipher.open_keyed(tail.items, tail.keys, b"opened envelope")
             if found is not None:
                 items, keys, facts = found
-                remember_sealed(keys, facts)
+                remember_sealed(items, keys, facts)
                 return Tail(items, tail.written_at, keys, tail.complete, tail.reach)
         keys = derived_keys(tail.keys, b"opened envelope")
         if self.unreadable == "raise":
