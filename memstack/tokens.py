@@ -249,7 +249,9 @@ class TokenCounter:
         exact = type(self) is TokenCounter  # a subclass may count otherwise: its own counts
         if exact and key is not None:  # an envelope sealed the parts (``remember_sealed``)
             found = self._from_parts(cache.get(_parts_slot(self.encoding_name, key)))
-        if found is cache.MISSING and key is not None:
+            if found is not cache.MISSING:
+                return found  # type: ignore[no-any-return]  # the parts' entry is enough
+        if key is not None:
             # A read's key names the stored row: the item was most likely counted when
             # this process wrote it, by its content. Hashing it costs a tenth of
             # tokenising it.
