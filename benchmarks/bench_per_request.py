@@ -130,18 +130,55 @@ asyncio.run(main())
 """
 
 
+# The history of ``--against``'s session, written by that checkout's own stack: an old
+# checkout may not read what this one writes (a newer stored format).
+PREPARE_AGAINST = """
+import asyncio, os, sys
+sys.path.insert(0, {bench!r})
+from _shared import long_history, production_recipe
+from agents.extensions.memory import SQLAlchemySession
+from sqlalchemy.ext.asyncio import create_async_engine
+os.environ["CHAT_KEY_CURRENT"] = {key!r}
+async def main():
+    engine = create_async_engine({url!r})
+    store = SQLAlchemySession({session!r}, engine=engine, **{tables!r})
+    stack = production_recipe({url!r}).stack_over(store)
+    await stack.clear_session()
+    history = long_history({history!r})
+    for i in range(0, len(history), 8):
+        await stack.add_items(history[i : i + 8])
+    await engine.dispose()
+asyncio.run(main())
+"""
+AGAINST_SESSION = "against-0"
+
+
+def prepare_against(args: argparse.Namespace) -> None:
+    """``--against``'s session, written through that checkout's production stack."""
+    code = PREPARE_AGAINST.format(
+        bench=os.path.join(args.against, "benchmarks"),
+        key=os.environ["CHAT_KEY_CURRENT"],
+        url=args.url,
+        session=AGAINST_SESSION,
+        tables=TABLES,
+        history=args.history,
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
 def first_read(
     variant: str, args: argparse.Namespace, bench: str | None = None
 ) -> tuple[float, float]:
     """Wall and CPU seconds of the first ``get_items()`` of a new process.
 
-    ``bench``: the benchmarks folder of the checkout the child imports (default: this one).
+    ``bench``: the benchmarks folder of the checkout the child imports (default: this one;
+    another reads the session that checkout wrote, ``prepare_against``).
     """
     code = FIRST_READ.format(
         bench=bench or os.path.dirname(os.path.abspath(__file__)),
         key=os.environ["CHAT_KEY_CURRENT"],
         url=args.url,
-        session=f"{variant}-0",
+        session=f"{variant}-0" if bench is None else AGAINST_SESSION,
         tables=TABLES,
         stack=variant == "stack",
         warm=args.warm_up,
@@ -159,6 +196,7 @@ def first_reads_only(args: argparse.Namespace) -> int:
     }
     if args.against:
         variants[f"stack, {args.against}"] = ("stack", os.path.join(args.against, "benchmarks"))
+        prepare_against(args)
     samples: dict[str, list[tuple[float, float]]] = {name: [] for name in variants}
     names = list(variants)
     loads = [os.getloadavg()[0]]

@@ -50,10 +50,15 @@ __all__ = [
     "default_counter",
     "encoding_for_model",
     "item_digest",
+    "remember_sealed",
+    "sealed_parts",
     "total",
 ]
 
 DEFAULT_ENCODING = "o200k_base"
+# What ``TokenCounter.parts`` counts (which keys are text, which parts are media): counts
+# sealed with items name it, so a change to those rules must bump it (old counts unused).
+RULES = 1
 
 _LAYER = "TokenCounter"
 # Keys whose values the model does not read as text.
@@ -240,25 +245,51 @@ class TokenCounter:
         ``keep=False``: not kept on its own entry (a session's kept read holds it)."""
         if not self.cache_size:
             return self._count_uncached(item)
-        slot = (*self.way, key if key is not None else content_key(item))
+        own = content_key(item) if key is None else None
+        slot = (*self.way, key if key is not None else own)
         found = cache.get(slot)
         if found is not cache.MISSING:
             return found  # type: ignore[no-any-return]
+        exact = type(self) is TokenCounter  # a subclass may count otherwise: its own counts
+        if exact and key is not None:  # an envelope sealed the parts (``remember_sealed``)
+            found = self._from_parts(cache.get(_parts_slot(self.encoding_name, key)))
+            if found is not cache.MISSING:
+                return found  # type: ignore[no-any-return]  # the parts' entry is enough
         if key is not None:
             # A read's key names the stored row (its text, an envelope): the item was
             # most likely counted when this process wrote it, by its content (a compaction
             # trigger's ``after_write``). Hashing it costs a tenth of tokenising it.
-            by_content = (*self.way, content_key(item))
+            own = content_key(item)
+            by_content = (*self.way, own)
             found = cache.get(by_content)
             if not keep and found is not cache.MISSING:
                 cache.discard(by_content)  # the session's kept read holds it from now on
+        if found is cache.MISSING and exact and own is not None:  # this process sealed it
+            found = self._from_parts(cache.get(_parts_slot(self.encoding_name, own)))
         count = self._count_uncached(item) if found is cache.MISSING else found
         if keep:
             cache.put(slot, count, weight=16)
         return count
 
+    def _from_parts(self, parts: Any) -> Any:
+        """The count these parts make (``MISSING`` for ``MISSING``)."""
+        if parts is cache.MISSING:
+            return parts
+        return self.item_overhead + parts[0] + parts[1] * self.media_tokens
+
+    def parts(self, item: Mapping[str, Any]) -> tuple[int, int]:
+        """What ``count_item`` adds up, uncached: (tokens of the item's texts, media parts).
+
+        ``item_overhead`` and ``media_tokens`` are not in it, so the same parts answer for
+        every counter of this encoding (and are what an envelope may seal with the item).
+        """
+        texts: list[str] = []
+        media = _texts(item, texts)
+        return sum(map(self.count_text, texts)), media
+
     def _count_uncached(self, item: Mapping[str, Any]) -> int:
-        return self.item_overhead + self._count_value(item)
+        text, media = self.parts(item)
+        return self.item_overhead + text + media * self.media_tokens
 
     def count_items(self, items: Iterable[Mapping[str, Any]]) -> int:
         return sum(self.count_item(item) for item in items)
@@ -286,21 +317,87 @@ class TokenCounter:
                 total += self.count_text(json.dumps(schema, separators=(",", ":")))
         return total
 
-    def _count_value(self, value: object) -> int:
-        if isinstance(value, str):
-            return self.count_text(value)
-        if isinstance(value, Mapping):
-            if value.get("type") in _MEDIA:
-                return self.media_tokens
-            return sum(self._count_value(v) for k, v in value.items() if k not in _NOT_TEXT)
-        if isinstance(value, list | tuple):
-            return sum(self._count_value(v) for v in value)
-        if value is None or isinstance(value, bool):
-            return 0
-        return self.count_text(str(value))
-
     def __repr__(self) -> str:
         return f"TokenCounter(model={self.model!r}, encoding={self.encoding_name!r})"
+
+
+def _texts(value: object, texts: list[str]) -> int:
+    """Append to ``texts`` every text of ``value`` the model reads; return its media parts."""
+    if isinstance(value, str):
+        texts.append(value)
+        return 0
+    if isinstance(value, Mapping):
+        if value.get("type") in _MEDIA:
+            return 1
+        return sum(_texts(v, texts) for k, v in value.items() if k not in _NOT_TEXT)
+    if isinstance(value, list | tuple):
+        return sum(_texts(v, texts) for v in value)
+    if value is None or isinstance(value, bool):
+        return 0
+    texts.append(str(value))
+    return 0
+
+
+def _parts_slot(encoding: str, key: bytes) -> tuple[str, int, str, bytes]:
+    """Where an item's ``TokenCounter.parts`` are kept: by encoding and content key."""
+    return ("token parts", RULES, encoding, key)
+
+
+def sealed_name(encoding: str) -> str:
+    """The name under which an envelope seals an item's parts for ``encoding``."""
+    return f"tokens:{RULES}:{encoding}"
+
+
+@functools.lru_cache(maxsize=8)
+def sealed_parts(encoding: str) -> Callable[[Mapping[str, Any]], dict[str, list[int]]]:
+    """What an ``EncryptedSession`` seals with each item: its parts for ``encoding``.
+
+    Counted as ``count_item`` counts (and kept by the item's content key, so a counter
+    of this encoding counting the same item right after, as a compaction trigger does
+    after a write, finds them). One per encoding for the process: stacks built per
+    request share it.
+    """
+    counter = TokenCounter(encoding=encoding)
+    name = sealed_name(encoding)
+
+    def facts(item: Mapping[str, Any]) -> dict[str, list[int]]:
+        slot = _parts_slot(encoding, content_key(item))
+        parts = cache.get(slot)
+        if parts is cache.MISSING:
+            parts = counter.parts(item)
+            cache.put(slot, parts, weight=32)
+        return {name: list(parts)}
+
+    return facts
+
+
+def remember_sealed(
+    items: Sequence[Mapping[str, Any]],
+    keys: Sequence[bytes | None],
+    facts: Sequence[Mapping[str, Any] | None],
+) -> None:
+    """Keep the parts that envelopes sealed with their items, by the items' keys (their
+    content keys where a read knows none).
+
+    The envelope authenticated them with the item, so they are the item's parts as its
+    writer counted them under the same rules (``RULES`` is in their name): a counter of
+    that encoding then tokenises none of these items. Anything else is left alone.
+    """
+    prefix = f"tokens:{RULES}:"
+    for index, found in enumerate(facts):
+        if not found:
+            continue
+        key = keys[index]
+        for name, parts in found.items():
+            if not name.startswith(prefix) or not _are_parts(parts):
+                continue
+            if key is None:
+                key = content_key(items[index])
+            cache.put(_parts_slot(name[len(prefix) :], key), (parts[0], parts[1]), weight=32)
+
+
+def _are_parts(value: object) -> bool:
+    return type(value) is list and len(value) == 2 and all(type(n) is int and n >= 0 for n in value)
 
 
 @functools.lru_cache(maxsize=64)

@@ -1,4 +1,4 @@
-"""memstack's encrypted envelope, format 1: one item in, one small JSON dict out.
+"""memstack's encrypted envelope, formats 1 and 2: one item in, one small JSON dict out.
 
     >>> from memstack.crypto import Keyring, generate_key
     >>> from memstack.crypto.envelope import SessionCipher
@@ -29,6 +29,21 @@ Format 1, as stored by the layer below::
   The flag sits inside the ciphertext, so the layers below do not learn which items
   were compressed. ``ZDICT`` is part of format 1 and never changes.
 
+Format 2 (written by a cipher given ``facts=``; both are always read) is format 1 with
+facts about the item sealed beside it, so that a reader need not re-derive them::
+
+    {"menc": 2, "kid": "<key id>", "ct": "<as format 1>"}
+
+- associated data = ``b"memstack/encrypted/2\\x00"`` + kid + ``b"\\x00"`` + session id as
+  UTF-8 (the session key is format 1's): relabelling a format-2 envelope as format 1, or
+  back, fails to authenticate.
+- plaintext = the flag byte, then the body: the compact JSON array ``[facts, item]``,
+  ``facts`` a JSON object (raw-deflated with ``ZDICT_2``, ``ZDICT`` and the start of such a
+  body). Facts are authenticated with the item; each name says what it means and readers
+  skip names they do not know. memstack writes ``"tokens:<rules>:<encoding>": [text
+  tokens, media parts]``: the item's token count parts as ``memstack.tokens`` counts them
+  (``TokenCounter.parts``), so the first read of a process tokenises nothing it opens.
+
 Size: 28 bytes of nonce and tag per item, base64's 4/3, and about 30 bytes of JSON.
 Compression (items of ``compress_min_bytes`` or more; kept only when it saves) more than
 pays for that on real histories. It also makes the ciphertext length depend on how
@@ -45,7 +60,7 @@ import marshal
 import operator
 import os
 import zlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from cryptography.exceptions import InvalidTag
@@ -59,14 +74,26 @@ from memstack.content_keys import derived_key
 from memstack.crypto.keys import KeyProvider, check_kid, parse_key
 from memstack.errors import ConfigurationError, DecryptionError, ItemValidationError
 
-__all__ = ["FORMAT", "MARKER", "ZDICT", "SessionCipher", "is_envelope"]
+__all__ = [
+    "FACTS_FORMAT",
+    "FORMAT",
+    "FORMATS",
+    "MARKER",
+    "ZDICT",
+    "ZDICT_2",
+    "SessionCipher",
+    "is_envelope",
+]
 
 FORMAT = 1
+FACTS_FORMAT = 2  # format 1 and facts about the item, sealed with it
+FORMATS = (FORMAT, FACTS_FORMAT)
 MARKER = "menc"
 _FIELDS = frozenset({MARKER, "kid", "ct"})
 # A kept result of ``open_keyed``: (item, its content key, bytes it holds).
 _FIRST, _SECOND, _THIRD = (operator.itemgetter(i) for i in range(3))
 _LABEL = b"memstack/encrypted/1"
+_LABEL_2 = b"memstack/encrypted/2"
 _NONCE = 12
 _TAG = 16
 _RAW, _DEFLATED = 0, 1
@@ -104,6 +131,12 @@ ZDICT = "".join(
     ]
 ).encode("utf-8")
 
+
+# Format 2's: the same, and the start of its body (the facts the layer seals).
+ZDICT_2 = ZDICT + b'[{"tokens:1:o200k_base":['
+
+Facts = dict[str, Any]
+FactsOf = Callable[[Mapping[str, Any]], Facts]
 
 # One encoder for every item: json.dumps with options would build a new one per call.
 # ASCII output escapes lone surrogates too, so every str round-trips.
@@ -162,6 +195,7 @@ class SessionCipher:
         *,
         compress: bool = True,
         compress_min_bytes: int = 64,
+        facts: FactsOf | None = None,
         layer: str | None = None,
     ) -> None:
         if compress_min_bytes < 0:
@@ -172,6 +206,7 @@ class SessionCipher:
         self.keys = keys
         self.compress = compress
         self.compress_min_bytes = compress_min_bytes
+        self.facts = facts  # given: format 2, each item sealed with ``facts(item)``
         self.layer = layer
         self._session = session_id.encode("utf-8")
 
@@ -218,10 +253,14 @@ class SessionCipher:
 
     # -- sealing ---------------------------------------------------------------------------
     def encode(self, item: Mapping[str, Any]) -> bytes:
-        """The plaintext of an envelope: flag byte and (maybe compressed) JSON."""
-        raw = _JSON.encode(item).encode("ascii")
+        """The plaintext of an envelope: flag byte and (maybe compressed) JSON: the item
+        (format 1), or ``[facts, item]`` (format 2: with ``facts=``)."""
+        if self.facts is None:
+            raw, zdict = _JSON.encode(item).encode("ascii"), ZDICT
+        else:
+            raw, zdict = _JSON.encode([self.facts(item), item]).encode("ascii"), ZDICT_2
         if self.compress and len(raw) >= self.compress_min_bytes:
-            packer = zlib.compressobj(6, zlib.DEFLATED, -15, zdict=ZDICT)
+            packer = zlib.compressobj(6, zlib.DEFLATED, -15, zdict=zdict)
             packed = packer.compress(raw) + packer.flush()
             if len(packed) < len(raw):
                 return bytes((_DEFLATED,)) + packed
@@ -259,8 +298,9 @@ class SessionCipher:
                 f"item {index} is not JSON-serialisable: {exc}", layer=self.layer
             ) from exc
         nonce = os.urandom(_NONCE)
-        sealed = nonce + known.aead.encrypt(nonce, plaintext, known.aad)
-        return {MARKER: FORMAT, "kid": kid, "ct": _b64encode(sealed)}
+        version = FORMAT if self.facts is None else FACTS_FORMAT
+        sealed = nonce + known.aead.encrypt(nonce, plaintext, known.aad_for(version))
+        return {MARKER: version, "kid": kid, "ct": _b64encode(sealed)}
 
     # -- opening ---------------------------------------------------------------------------
     def is_current(self, envelope: object) -> bool:
@@ -268,7 +308,7 @@ class SessionCipher:
         return (
             isinstance(envelope, dict)
             and envelope.keys() == _FIELDS
-            and envelope[MARKER] == FORMAT
+            and envelope[MARKER] in FORMATS
             and type(envelope[MARKER]) is int
             and envelope["kid"] == self.active_kid
         )
@@ -295,10 +335,12 @@ class SessionCipher:
 
     def open_keyed(
         self, envelopes: Sequence[object], content_keys: Sequence[bytes | None], tag: bytes
-    ) -> tuple[list[dict[str, Any]], list[bytes | None]] | None:
+    ) -> tuple[list[dict[str, Any]], list[bytes | None], list[Facts | None]] | None:
         """``open_all``, with the envelopes' content keys in, and the items' keys
-        (``derived_key(key, tag)``) out; None, opening nothing, when a value it has to
-        open is not a memstack envelope (the caller decides what that means).
+        (``derived_key(key, tag)``) and the facts sealed with them out (format 2; None
+        where there are none, or where the item is not opened afresh); None, opening
+        nothing, when a value it has to open is not a memstack envelope (the caller
+        decides what that means).
 
         The last read of this session kept what it opened, by content key
         (``memstack.incremental``), with the fingerprint of the session key under each key
@@ -319,8 +361,9 @@ class SessionCipher:
         if not all(is_envelope(envelopes[i]) for i in missing):
             return None
         whole = None not in content_keys  # this read can be kept whole (and weighed once)
+        facts: list[Facts | None] = [None] * len(results)
         for index in missing:
-            item, weight = self._open_one(envelopes[index], keys, keep=not whole)
+            item, weight, facts[index] = self._open_one(envelopes[index], keys, keep=not whole)
             key = content_keys[index]
             results[index] = (item, None if key is None else derived_key(key, tag), weight)
         fingerprints = {kid: known.fingerprint for kid, known in keys.items()}
@@ -332,9 +375,10 @@ class SessionCipher:
             for index in missing:
                 envelope: dict[str, Any] = envelopes[index]  # type: ignore[assignment]
                 kid, text = envelope["kid"], envelope["ct"]
-                opened = results[index][0], results[index][2]
-                cache.put(_slot(keys[kid], kid, text), opened, weight=opened[1])
-        return list(map(_FIRST, results)), list(map(_SECOND, results))
+                opened = results[index][0], results[index][2], facts[index]
+                where = _slot(keys[kid], envelope[MARKER], kid, text)
+                cache.put(where, opened, weight=opened[1])
+        return list(map(_FIRST, results)), list(map(_SECOND, results)), facts
 
     def _same_keys(self, used: dict[str, bytes], keys: dict[str, _SessionKey]) -> bool:
         """Whether each key id in ``used`` still has the key of that fingerprint; the keys
@@ -351,24 +395,25 @@ class SessionCipher:
 
     def _open_one(
         self, envelope: object, keys: dict[str, _SessionKey], *, keep: bool = True
-    ) -> tuple[dict[str, Any], int]:
-        """One envelope's item and the bytes it holds (``keys``: the session keys this call
-        resolved); ``keep=False`` when the caller keeps the item itself."""
+    ) -> tuple[dict[str, Any], int, Facts | None]:
+        """One envelope's item, the bytes it holds and the facts sealed with it (``keys``:
+        the session keys this call resolved); ``keep=False`` when the caller keeps the
+        item itself."""
         if type(envelope) is not dict or len(envelope) != len(_FIELDS):
             raise self._malformed(envelope)
         version, kid, text = envelope.get(MARKER), envelope.get("kid"), envelope.get("ct")
-        if type(version) is not int or version != FORMAT or type(kid) is not str:
+        if type(version) is not int or version not in FORMATS or type(kid) is not str:
             raise self._malformed(envelope)
         if type(text) is not str:
             raise self._malformed(envelope)
         known = keys.get(kid)
         if known is None:
             known = keys[kid] = self._known_key(kid)
-        slot = _slot(known, kid, text)
+        slot = _slot(known, version, kid, text)
         opened = cache.get(slot)
         if opened is cache.MISSING:
-            item, chars = self._unseal(known, kid, text)
-            opened = (item, cache.parsed_weight(chars))
+            item, chars, facts = self._unseal(known, version, kid, text)
+            opened = (item, cache.parsed_weight(chars), facts)
             if keep:
                 cache.put(slot, opened, weight=opened[1])
         return opened  # type: ignore[no-any-return]
@@ -390,17 +435,20 @@ class SessionCipher:
         if not isinstance(envelope, dict) or MARKER not in envelope:
             return self.error("not a memstack envelope")
         version, kid = envelope[MARKER], envelope.get("kid")
-        if type(version) is not int or version != FORMAT:
+        if type(version) is not int or version not in FORMATS:
             return self.error(
-                f"unknown envelope format version {version!r} (this memstack reads {FORMAT})",
+                f"unknown envelope format version {version!r} (this memstack reads "
+                f"{FORMAT} and {FACTS_FORMAT})",
                 kid,
             )
         if envelope.keys() != _FIELDS or type(kid) is not str:
             return self.error(f"malformed envelope with fields {sorted(envelope)}", kid)
         return self.error(f"envelope under key id {kid!r} is not valid base64", kid)
 
-    def _unseal(self, known: _SessionKey, kid: str, text: str) -> tuple[dict[str, Any], int]:
-        """The item sealed in ``text``, and the length of its JSON text."""
+    def _unseal(
+        self, known: _SessionKey, version: int, kid: str, text: str
+    ) -> tuple[dict[str, Any], int, Facts | None]:
+        """The item sealed in ``text``, the length of its JSON text, and its facts."""
         try:
             sealed = _b64decode(text)
         except ValueError as exc:
@@ -408,53 +456,68 @@ class SessionCipher:
         if len(sealed) < _NONCE + _TAG + 1:
             raise self.error(f"envelope under key id {kid!r} is truncated", kid)
         try:
-            plaintext = known.aead.decrypt(sealed[:_NONCE], sealed[_NONCE:], known.aad)
+            plaintext = known.aead.decrypt(sealed[:_NONCE], sealed[_NONCE:], known.aad_for(version))
         except InvalidTag as exc:
             raise self.error(
                 f"cannot authenticate item under key id {kid!r}: wrong key, or the envelope "
                 "was altered or belongs to another session",
                 kid,
             ) from exc
-        return self._decode(plaintext, kid)
+        return self._decode(plaintext, version, kid)
 
-    def _decode(self, plaintext: bytes, kid: str) -> tuple[dict[str, Any], int]:
+    def _decode(
+        self, plaintext: bytes, version: int, kid: str
+    ) -> tuple[dict[str, Any], int, Facts | None]:
         # Authenticated already: a failure here means a writer bug, not an attacker.
+        facts = None
         try:
             flag, body = plaintext[0], plaintext[1:]
             if flag == _DEFLATED:
-                unpacker = zlib.decompressobj(-15, zdict=ZDICT)
+                unpacker = zlib.decompressobj(-15, zdict=ZDICT if version == FORMAT else ZDICT_2)
                 body = unpacker.decompress(body) + unpacker.flush()
                 if not unpacker.eof:
                     raise ValueError("deflate stream is incomplete")
             elif flag != _RAW:
                 raise ValueError(f"unknown payload encoding {flag}")
-            item = cache.compact(json.loads(body.decode("utf-8")))
+            item = json.loads(body.decode("utf-8"))
+            if version == FACTS_FORMAT:
+                if type(item) is not list or len(item) != 2 or type(item[0]) is not dict:
+                    raise ValueError("a format-2 body is [facts, item]")
+                facts, item = item
+            item = cache.compact(item)
         except (ValueError, zlib.error, binascii.Error) as exc:
             raise self.error(
                 f"authenticated payload under key id {kid!r} is corrupt: {exc}", kid
             ) from exc
         if not isinstance(item, dict):
             raise self.error(f"authenticated payload under key id {kid!r} is not an item", kid)
-        return item, len(body)
+        return item, len(body), facts
 
 
-def _slot(known: _SessionKey, kid: str, text: str) -> tuple[str, bytes, str, str]:
-    """Where an opened item is kept: its ciphertext under the fingerprint of its key."""
-    return ("envelopes", known.fingerprint, kid, text)
+def _slot(
+    known: _SessionKey, version: int, kid: str, text: str
+) -> tuple[str, bytes, int, str, str]:
+    """Where an opened item is kept: its ciphertext under the fingerprint of its key (and
+    its format, which says what the ciphertext was authenticated as)."""
+    return ("envelopes", known.fingerprint, version, kid, text)
 
 
 class _SessionKey:
     """One session's key under one master key: the cipher, its associated data, and a
     fingerprint that names it in cache keys (a digest of the key: it reveals nothing)."""
 
-    __slots__ = ("aad", "aead", "fingerprint")
+    __slots__ = ("aad", "aad_2", "aead", "fingerprint")
 
-    def __init__(self, aead: AESGCM, aad: bytes, fingerprint: bytes) -> None:
-        self.aead, self.aad, self.fingerprint = aead, aad, fingerprint
+    def __init__(self, aead: AESGCM, aad: bytes, aad_2: bytes, fingerprint: bytes) -> None:
+        self.aead, self.aad, self.aad_2, self.fingerprint = aead, aad, aad_2, fingerprint
+
+    def aad_for(self, version: int) -> bytes:
+        """The associated data of an envelope of this format (its label names it)."""
+        return self.aad if version == FORMAT else self.aad_2
 
     @classmethod
     def derive(cls, master: bytes, session_id: str, kid: str) -> _SessionKey:
         key = _session_key(master, session_id)
-        aad = _LABEL + b"\x00" + kid.encode("ascii") + b"\x00" + session_id.encode("utf-8")
+        rest = b"\x00" + kid.encode("ascii") + b"\x00" + session_id.encode("utf-8")
         fingerprint = hashlib.blake2b(key, digest_size=16, person=b"memstack session").digest()
-        return cls(AESGCM(key), aad, fingerprint)
+        return cls(AESGCM(key), _LABEL + rest, _LABEL_2 + rest, fingerprint)

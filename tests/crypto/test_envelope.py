@@ -14,7 +14,7 @@ from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from memstack import DecryptionError, ItemValidationError
 from memstack.crypto import Keyring, generate_key, key_id, parse_key
-from memstack.crypto.envelope import ZDICT, SessionCipher
+from memstack.crypto.envelope import ZDICT, ZDICT_2, SessionCipher
 
 KEY = generate_key()
 ALPHABET = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
@@ -106,7 +106,8 @@ def test_relabelled_key_id_fails_to_authenticate() -> None:
 @pytest.mark.parametrize(
     ("change", "message"),
     [
-        ({"menc": 2}, "unknown envelope format version 2"),
+        ({"menc": 3}, "unknown envelope format version 3"),
+        ({"menc": 2}, "cannot authenticate"),  # format 2 is known: relabelled, it fails
         ({"menc": True}, "unknown envelope format version True"),
         ({"menc": "1"}, "unknown envelope format version '1'"),
         ({"extra": 1}, "malformed envelope"),
@@ -249,3 +250,65 @@ def test_opened_items_live_under_the_process_budget() -> None:
         assert cache.stats()["envelopes"].evictions > 0
     finally:
         cache.configure(max_bytes=cache.DEFAULT_MAX_BYTES)
+
+
+# -- format 2: facts sealed with the item ---------------------------------------------------
+FACTS = {"tokens:1:o200k_base": [7, 0], "later:name": "kept as written"}
+
+
+def test_format_2_seals_facts_with_the_item_and_format_1_reads_on() -> None:
+    writer = cipher(facts=lambda item: FACTS)
+    old, new = cipher().seal(SHORT), writer.seal(LONG)
+    assert old["menc"] == 1 and new["menc"] == 2 and new.keys() == {"menc", "kid", "ct"}
+    for n, reader in enumerate((cipher(), writer)):  # reading does not depend on writing
+        assert reader.open_all([old, new]) == [SHORT, LONG]
+        keys = [bytes([n]) * 16, bytes([n + 8]) * 16]  # new keys: opened afresh
+        items, _, facts = reader.open_keyed([old, new], keys, b"t")
+        assert items == [SHORT, LONG] and facts == [None, FACTS]
+        assert reader.open_keyed([old, new], keys, b"t")[2] == [None, None]  # kept: none
+    assert writer.is_current(new) and writer.is_current(old)  # rotation does not rewrite
+
+
+def test_format_2_facts_cannot_be_altered_or_relabelled() -> None:
+    writer = cipher(facts=lambda item: FACTS)
+    envelope = writer.seal(LONG)
+    data = bytearray(blob(envelope))
+    data[-20] ^= 1  # anywhere in the ciphertext: the facts are sealed with the item
+    for forged in (rebuild(envelope, bytes(data)), {**envelope, "menc": 1}):
+        with pytest.raises(DecryptionError, match="cannot authenticate"):
+            cipher().open(forged)
+    with pytest.raises(DecryptionError, match="cannot authenticate"):
+        cipher().open({**cipher().seal(LONG), "menc": 2})
+
+
+def test_format_2_plaintext_is_facts_then_item_as_documented() -> None:
+    envelope = cipher(facts=lambda item: FACTS, compress=False).seal(SHORT)
+    raw, session = blob(envelope), _session_aead("s1")
+    aad = b"memstack/encrypted/2\x00" + key_id(KEY).encode() + b"\x00s1"
+    plaintext = session.decrypt(raw[:12], raw[12:], aad)
+    assert plaintext[0] == 0 and json.loads(plaintext[1:]) == [FACTS, SHORT]
+    deflated = cipher(facts=lambda item: FACTS).seal(LONG)
+    raw = blob(deflated)
+    body = session.decrypt(raw[:12], raw[12:], aad)
+    unpacker = zlib.decompressobj(-15, zdict=ZDICT_2)
+    assert body[0] == 1 and json.loads(unpacker.decompress(body[1:])) == [FACTS, LONG]
+
+
+@pytest.mark.parametrize("body", [b'{"role":"user"}', b"[[], {}]", b"[{}, {}, {}]", b"[{}, 3]"])
+def test_format_2_body_of_another_shape_is_corrupt(body: bytes) -> None:
+    session, nonce = _session_aead("s1"), b"\x01" * 12
+    aad = b"memstack/encrypted/2\x00" + key_id(KEY).encode() + b"\x00s1"
+    sealed = nonce + session.encrypt(nonce, b"\x00" + body, aad)
+    envelope = rebuild({"menc": 2, "kid": key_id(KEY)}, sealed)
+    with pytest.raises(DecryptionError, match=r"corrupt|not an item"):
+        cipher().open(envelope)
+
+
+def _session_aead(session_id: str) -> AESGCM:
+    hkdf = HKDF(
+        algorithm=hashes.SHA256(),
+        length=32,
+        salt=b"memstack/encrypted/1",
+        info=b"session-key\x00" + session_id.encode(),
+    )
+    return AESGCM(hkdf.derive(parse_key(KEY)))

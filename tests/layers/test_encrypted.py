@@ -198,8 +198,8 @@ async def test_envelope_moved_to_another_session_is_rejected() -> None:
 async def test_unknown_format_version_raises() -> None:
     store = InMemorySession("s1")
     await encrypted(store).add_items(sample_items(1))
-    store.rows[0] = json.dumps({**json.loads(store.rows[0]), "menc": 2})
-    with pytest.raises(DecryptionError, match="unknown envelope format version 2"):
+    store.rows[0] = json.dumps({**json.loads(store.rows[0]), "menc": 3})
+    with pytest.raises(DecryptionError, match="unknown envelope format version 3"):
         await encrypted(store).get_items()
 
 
@@ -963,3 +963,100 @@ async def test_a_store_failure_during_a_read_names_the_layer(ttl: bool, limit: i
             assert caught.value.__cause__ is not None
     finally:
         await store.engine.dispose()
+
+
+# -- token counts sealed with the items (format 2) ----------------------------------------
+def real_items(count: int) -> list[Item]:
+    """The first ``count`` items of the team's coding and airline transcripts, alternating."""
+    items: list[Item] = []
+    for name in ("swe_coding.jsonl", "airline_tau.jsonl"):
+        with shared_data(name).open(encoding="utf-8") as lines:
+            for line in lines:
+                items += [i for i in json.loads(line)["items"] if i.get("role") != "system"]
+                if len(items) >= count * (1 + (name == "airline_tau.jsonl")):
+                    break
+    return items[: 2 * count : 2] + items[1 : 2 * count : 2]
+
+
+async def test_sealed_counts_are_the_counts_every_counter_of_that_encoding_makes() -> None:
+    from memstack import cache
+    from memstack.tokens import TokenCounter
+
+    items = [
+        *real_items(150),
+        {"role": "user", "content": [{"type": "input_image", "image_url": "data:x"}]},
+        {"type": "function_call", "call_id": "c", "name": "n", "arguments": '{"a": 1.5}'},
+    ]
+    store = InMemorySession("sealed-counts")
+    await encrypted(store, token_counts="o200k_base").add_items(items)
+    assert all(json.loads(row)["menc"] == 2 for row in store.rows)
+    counters = [TokenCounter(), TokenCounter("gpt-4.1", item_overhead=0, media_tokens=5)]
+    exact = [
+        [TokenCounter(**c, cache_size=0).count_item(i) for i in items]
+        for c in ({}, {"model": "gpt-4.1", "item_overhead": 0, "media_tokens": 5})
+    ]
+    cache.clear()  # a new process: nothing counted, nothing opened
+    tail = await encrypted(store).shape(await store_tail(store), None)
+    assert isinstance(tail, Tail) and tail.items == items
+    before = cache.stats()["token parts"].hits if "token parts" in cache.stats() else 0
+    for counter, expected in zip(counters, exact, strict=True):
+        assert [
+            counter.count_keyed(i, k) for i, k in zip(tail.items, tail.keys, strict=True)
+        ] == expected
+    assert cache.stats()["token parts"].hits - before == 2 * len(items)  # none tokenised
+
+
+async def store_tail(store: InMemorySession) -> Tail:
+    """The whole store as the layer above it reads it (rows keyed by their text)."""
+    from memstack.backends.adapters import capabilities_of
+
+    return await capabilities_of(store).read_newest(len(store.rows) + 1)
+
+
+async def test_sealed_counts_leave_every_trigger_and_window_decision_as_exact_counts(
+    tmp_path: Path,
+) -> None:
+    from memstack import cache
+    from memstack.compaction import ExtractiveSummarizer, Mask, Summarize, Tokens
+
+    def stack(name: str, token_counts: str | None) -> SessionLayer:
+        specs = [
+            LayerSpec("encrypted", {"key": KEY, "token_counts": token_counts}),
+            LayerSpec(
+                "compaction",
+                {
+                    "strategy": [
+                        Mask(keep_last_turns=1, min_chars=200),
+                        Summarize(ExtractiveSummarizer(), max_tokens=300),
+                    ],
+                    "trigger": Tokens(6000, target=2500),
+                },
+            ),
+            LayerSpec("window", {"max_tokens": 4000}),
+        ]
+        return build_stack(SQLiteSession("s", str(tmp_path / name)), specs)  # type: ignore[return-value]
+
+    exact, sealed = stack("exact.db", None), stack("sealed.db", "o200k_base")
+    items = real_items(160)
+    for start in range(0, len(items), 8):
+        views, measures = [], []
+        for session in (exact, sealed):
+            cache.clear()  # each write and read as a new process's first
+            await session.add_items(items[start : start + 8])
+            cache.clear()
+            views.append(await session.get_items())
+            compaction = session.inner
+            measures.append(cache.get(compaction._measured))  # type: ignore[attr-defined]
+        assert views[0] == views[1] and measures[0] == measures[1], start
+    assert "token parts" in cache.stats() and cache.stats()["token parts"].hits > 0
+    rows = [
+        [
+            json.loads(r[0])
+            for r in sqlite3.connect(tmp_path / n).execute(
+                "SELECT message_data FROM agent_messages ORDER BY id"
+            )
+        ]
+        for n in ("exact.db", "sealed.db")
+    ]
+    assert {r["menc"] for r in rows[0]} == {1} and {r["menc"] for r in rows[1]} == {2}
+    assert len(rows[0]) == len(rows[1]) > len(items)  # the same compaction records written

@@ -32,7 +32,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Annotated, Any, Literal, Self
 
 from agents.memory import Session
-from pydantic import Field, PrivateAttr, model_validator
+from pydantic import Field, PrivateAttr, field_validator, model_validator
 
 from memstack.backends.adapters import capabilities_of
 from memstack.backends.capabilities import Item, StorageCapabilities, Tail
@@ -47,6 +47,8 @@ from memstack.formats import ENCRYPTION_FORMATS, refuse_foreign
 from memstack.layers.encrypted.capabilities import EncryptedCapabilities
 from memstack.options import Flag, Options, Size
 from memstack.pipeline import Need
+from memstack.tokens import remember_sealed, sealed_parts
+from memstack.vocab import OFFLINE_ENCODINGS
 
 if TYPE_CHECKING:
     from agents.run_context import RunContextWrapper
@@ -70,7 +72,17 @@ class EncryptedOptions(Options, layer="EncryptedSession"):
     legacy_sdk_key: Secret = None
     allow_plaintext: Flag = False
     unreadable: Annotated[Unreadable, Field(description="'raise' or 'skip'")] = "raise"
+    token_counts: Annotated[
+        str | None, Field(description=f"None or one of {', '.join(OFFLINE_ENCODINGS)}")
+    ] = None
     _keys: KeyProvider = PrivateAttr()
+
+    @field_validator("token_counts")
+    @classmethod
+    def _known_encoding(cls, value: str | None) -> str | None:
+        if value is not None and value not in OFFLINE_ENCODINGS:
+            raise ValueError(f"must be None or one of {', '.join(OFFLINE_ENCODINGS)}")
+        return value
 
     @model_validator(mode="after")
     def _one_key_source(self) -> Self:
@@ -110,6 +122,7 @@ class EncryptedSession(SessionLayer):
         legacy_sdk_key: str | None = None,
         allow_plaintext: bool = False,
         unreadable: Unreadable = "raise",
+        token_counts: str | None = None,
     ) -> None:
         super().__init__(inner)
         options = EncryptedOptions.check(
@@ -120,17 +133,23 @@ class EncryptedSession(SessionLayer):
             legacy_sdk_key=legacy_sdk_key,
             allow_plaintext=allow_plaintext,
             unreadable=unreadable,
+            token_counts=token_counts,
         )
         name = type(self).__name__
         self.keys: KeyProvider = options.keys
         self.compress = options.compress
         self.allow_plaintext = options.allow_plaintext
         self.unreadable: Unreadable = options.unreadable
+        # Each item's token count parts sealed with it (format-2 envelopes), so a new
+        # process's first read tokenises none of them; None writes format 1 (readable by
+        # memstack before 2026-11-28).
+        self.token_counts = options.token_counts
         self._cipher = SessionCipher(
             self.session_id,
             self.keys,
             compress=options.compress,
             compress_min_bytes=options.compress_min_bytes,
+            facts=None if options.token_counts is None else sealed_parts(options.token_counts),
             layer=name,
         )
         self._cipher.check_active_key()
@@ -188,7 +207,9 @@ class EncryptedSession(SessionLayer):
         if self.unreadable == "raise" and type(self).open is EncryptedSession.open:
             found = self._cipher.open_keyed(tail.items, tail.keys, b"opened envelope")
             if found is not None:
-                return Tail(found[0], tail.written_at, found[1], tail.complete, tail.reach)
+                items, keys, facts = found
+                remember_sealed(items, keys, facts)
+                return Tail(items, tail.written_at, keys, tail.complete, tail.reach)
         keys = derived_keys(tail.keys, b"opened envelope")
         if self.unreadable == "raise":
             return Tail(self.open_all(tail.items), tail.written_at, keys, tail.complete, tail.reach)
@@ -279,4 +300,6 @@ class EncryptedSession(SessionLayer):
             options["allow_plaintext"] = True
         if self.unreadable != "raise":
             options["unreadable"] = self.unreadable
+        if self.token_counts is not None:
+            options["token_counts"] = self.token_counts
         return options
