@@ -252,7 +252,7 @@ class TokenCounter:
             return found  # type: ignore[no-any-return]
         exact = type(self) is TokenCounter  # a subclass may count otherwise: its own counts
         if exact and key is not None:  # an envelope sealed the parts (``remember_sealed``)
-            found = self._from_parts(cache.get(_parts_slot(self.encoding_name, key)))
+            found = self._sealed(key, keep=keep)
             if found is not cache.MISSING:
                 return found  # type: ignore[no-any-return]  # the parts' entry is enough
         if key is not None:
@@ -265,11 +265,23 @@ class TokenCounter:
             if not keep and found is not cache.MISSING:
                 cache.discard(by_content)  # the session's kept read holds it from now on
         if found is cache.MISSING and exact and own is not None:  # this process sealed it
-            found = self._from_parts(cache.get(_parts_slot(self.encoding_name, own)))
+            found = self._sealed(own, keep=keep)
         count = self._count_uncached(item) if found is cache.MISSING else found
         if keep:
             cache.put(slot, count, weight=16)
         return count
+
+    def _sealed(self, key: bytes, *, keep: bool) -> Any:
+        """The count the parts sealed with the item under ``key`` make, or ``MISSING``.
+
+        ``keep=False``: a session's kept read holds the count from now on, so the parts'
+        own entry goes (a counter of another way over the same session then tokenises
+        once; one way per stack is the rule, and the cache holds each item once)."""
+        slot = _parts_slot(self.encoding_name, key)
+        found = self._from_parts(cache.get(slot))
+        if not keep and found is not cache.MISSING:
+            cache.discard(slot)
+        return found
 
     def _from_parts(self, parts: Any) -> Any:
         """The count these parts make (``MISSING`` for ``MISSING``)."""

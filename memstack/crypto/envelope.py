@@ -491,7 +491,10 @@ class SessionCipher:
             ) from exc
         if not isinstance(item, dict):
             raise self.error(f"authenticated payload under key id {kid!r} is not an item", kid)
-        return item, len(body), facts
+        chars = len(body)
+        if facts is not None:  # the item is weighed, not the facts read out of it: "[f,i]"
+            chars -= len(_JSON.encode(facts)) + 3
+        return item, chars, facts
 
 
 def _slot(
