@@ -409,13 +409,15 @@ class SessionCipher:
         known = keys.get(kid)
         if known is None:
             known = keys[kid] = self._known_key(kid)
+        if not keep:  # the caller keeps the whole read: no entry of its own to look for
+            item, chars, facts = self._unseal(known, version, kid, text)
+            return item, cache.parsed_weight(chars), facts
         slot = _slot(known, version, kid, text)
         opened = cache.get(slot)
         if opened is cache.MISSING:
             item, chars, facts = self._unseal(known, version, kid, text)
             opened = (item, cache.parsed_weight(chars), facts)
-            if keep:
-                cache.put(slot, opened, weight=opened[1])
+            cache.put(slot, opened, weight=opened[1])
         return opened  # type: ignore[no-any-return]
 
     def _known_key(self, kid: str) -> _SessionKey:

@@ -6,6 +6,7 @@ import base64
 import json
 import random
 import zlib
+from pathlib import Path
 
 import pytest
 from cryptography.hazmat.primitives import hashes
@@ -312,3 +313,26 @@ def _session_aead(session_id: str) -> AESGCM:
         info=b"session-key\x00" + session_id.encode(),
     )
     return AESGCM(hkdf.derive(parse_key(KEY)))
+
+
+async def test_a_whole_read_asks_no_per_envelope_entry_it_never_keeps(tmp_path: Path) -> None:
+    """A read kept whole (``memstack.incremental``) keeps no entry per envelope, so a
+    lookup there cannot hit: ``/stats`` showed ``envelopes`` with misses and 0 entries
+    (a new-user trial), and each lookup hashed a whole ciphertext."""
+    from agents import SQLiteSession
+
+    from memstack import cache
+    from memstack.layers import EncryptedSession
+
+    cache.clear()
+    stack = EncryptedSession(SQLiteSession("s", tmp_path / "chat.db"), key=KEY)
+    for turn in range(3):
+        await stack.add_items([{"role": "user", "content": f"question {turn}"}])
+        await stack.get_items()
+    assert [item["content"] for item in await stack.get_items()] == [
+        "question 0",
+        "question 1",
+        "question 2",
+    ]
+    envelopes = cache.stats().get("envelopes")
+    assert envelopes is None or (envelopes.misses, envelopes.entries) == (0, 0)
