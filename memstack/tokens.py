@@ -395,7 +395,7 @@ def remember_sealed(
     writer counted them under the same rules (``RULES`` is in their name): a counter of
     that encoding then tokenises none of these items. Anything else is left alone.
     """
-    prefix = f"tokens:{RULES}:"
+    prefix = sealed_name("")  # "tokens:<rules>:", then the encoding
     for index, found in enumerate(facts):
         if not found:
             continue

@@ -6,7 +6,7 @@ import gc
 import json
 import threading
 import tracemalloc
-from collections.abc import Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -138,6 +138,23 @@ def test_a_failed_computation_keeps_nothing() -> None:
     assert cache.get_or_put(("f", 1), lambda: "ok", weight=1) == "ok"
 
 
+def weighed_and_freed(traffic: Callable[[], Coroutine[Any, Any, None]]) -> tuple[int, int]:
+    """Run ``traffic``; then what the cache weighs, and what clearing it frees (traced)."""
+    import asyncio
+
+    tracemalloc.start()
+    try:
+        asyncio.run(traffic())
+        gc.collect()
+        weighed = cache.total_bytes()
+        held = tracemalloc.get_traced_memory()[0]
+        cache.clear()
+        gc.collect()
+        return weighed, held - tracemalloc.get_traced_memory()[0]
+    finally:
+        tracemalloc.stop()
+
+
 def test_the_weights_cover_what_the_entries_hold() -> None:
     """Budget = memory: rows of parsed JSON weigh at least what Python holds for them."""
     from memstack.backends.rows import parsed
@@ -201,8 +218,6 @@ def test_the_budget_bounds_what_stacks_built_per_request_leave_behind(tmp_path: 
     clearing the cache then frees (tracemalloc) must be within what it weighed: a kept
     read holds its rows' values after their own entries are evicted, so it must weigh them.
     """
-    import asyncio
-
     from agents.memory import SQLiteSession
 
     from memstack import EncryptedSession, SlidingWindowSession, TTLSession
@@ -232,17 +247,9 @@ def test_the_budget_bounds_what_stacks_built_per_request_leave_behind(tmp_path: 
     saved = cache.max_bytes()
     cache.clear()
     cache.configure(max_bytes=budget)
-    tracemalloc.start()
     try:
-        asyncio.run(traffic())
-        gc.collect()
-        weighed = cache.total_bytes()
-        held = tracemalloc.get_traced_memory()[0]
-        cache.clear()
-        gc.collect()
-        freed = held - tracemalloc.get_traced_memory()[0]
+        weighed, freed = weighed_and_freed(traffic)
     finally:
-        tracemalloc.stop()
         cache.configure(max_bytes=saved)
     assert 0 < weighed <= budget
     assert freed <= weighed, f"clearing freed {freed} bytes; the cache weighed {weighed}"
@@ -257,8 +264,6 @@ def test_a_served_item_costs_about_a_kilobyte(tmp_path: Path, monkeypatch: Any) 
     cache weighs, and so what clearing it frees, stays under 1.6 KB an item (they were
     3.2 KB weighed and 2.6 KB freed), and the weights still cover what is held.
     """
-    import asyncio
-
     from memstack.crypto import generate_key
     from memstack.recipes import load_recipe
 
@@ -284,17 +289,7 @@ def test_a_served_item_costs_about_a_kilobyte(tmp_path: Path, monkeypatch: Any) 
                 )
 
     cache.clear()
-    tracemalloc.start()
-    try:
-        asyncio.run(traffic())
-        gc.collect()
-        weighed = cache.total_bytes()
-        held = tracemalloc.get_traced_memory()[0]
-        cache.clear()
-        gc.collect()
-        freed = held - tracemalloc.get_traced_memory()[0]
-    finally:
-        tracemalloc.stop()
+    weighed, freed = weighed_and_freed(traffic)
     items = sessions * turns * 2
     assert freed <= weighed, f"clearing freed {freed} bytes; the cache weighed {weighed}"
     per_item = f"{weighed / items:.0f} B weighed an item, {freed / items:.0f} freed"
