@@ -141,6 +141,7 @@ FactsOf = Callable[[Mapping[str, Any]], Facts]
 # One encoder for every item: json.dumps with options would build a new one per call.
 # ASCII output escapes lone surrogates too, so every str round-trips.
 _JSON = json.JSONEncoder(separators=(",", ":"), allow_nan=False)
+_DECODER = json.JSONDecoder()
 
 
 def is_envelope(value: object) -> bool:
@@ -481,11 +482,17 @@ class SessionCipher:
                     raise ValueError("deflate stream is incomplete")
             elif flag != _RAW:
                 raise ValueError(f"unknown payload encoding {flag}")
-            item = json.loads(body.decode("utf-8"))
-            if version == FACTS_FORMAT:
-                if type(item) is not list or len(item) != 2 or type(item[0]) is not dict:
+            text = body.decode("utf-8")
+            if version == FACTS_FORMAT:  # "[facts,item]", as ``encode`` writes it
+                facts, end = _DECODER.raw_decode(text, 1) if text[:2] == "[{" else (None, 0)
+                item, stop = (
+                    _DECODER.raw_decode(text, end + 1) if text[end : end + 1] == "," else (None, 0)
+                )
+                if type(facts) is not dict or text[stop:] != "]":
                     raise ValueError("a format-2 body is [facts, item]")
-                facts, item = item
+                chars = len(text) - end - 2  # the item's JSON: what a parsed copy weighs
+            else:
+                item, chars = json.loads(text), len(text)
             item = cache.compact(item)
         except (ValueError, zlib.error, binascii.Error) as exc:
             raise self.error(
@@ -493,9 +500,6 @@ class SessionCipher:
             ) from exc
         if not isinstance(item, dict):
             raise self.error(f"authenticated payload under key id {kid!r} is not an item", kid)
-        chars = len(body)
-        if facts is not None:  # the item is weighed, not the facts read out of it: "[f,i]"
-            chars -= len(_JSON.encode(facts)) + 3
         return item, chars, facts
 
 

@@ -214,12 +214,13 @@ class TTLSession(SessionLayer):
     # -- the layer protocol -----------------------------------------------------------------
     def _live_keyed(self, stored: Tail, now: float) -> tuple[Snapshot, list[Any]] | None:
         """``_resolve_keyed``'s answer where nothing is dead (``Expiry.resolve_live``);
-        None otherwise. Tried on a read whose oldest row the last read saw (a warm one):
-        the stamps it lacks are only the new rows'."""
+        None otherwise. Tried first on every read: a live history (most reads, and every
+        warm one) is then resolved in passes at C speed; where a record is dead, the
+        stamps read here answer ``_resolve_keyed``'s."""
         keys = stored.keys
         slot = ("ttl stamps", self.session_id)
         known = incremental.previous(slot, keys)
-        if not known or known[0] is incremental.MISSING:
+        if not known:
             return None
         items = stored.items
         for index, found in enumerate(known if incremental.MISSING in known else ()):
