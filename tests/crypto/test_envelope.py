@@ -295,7 +295,14 @@ def test_format_2_plaintext_is_facts_then_item_as_documented() -> None:
     assert body[0] == 1 and json.loads(unpacker.decompress(body[1:])) == [FACTS, LONG]
 
 
-@pytest.mark.parametrize("body", [b'{"role":"user"}', b"[[], {}]", b"[{}, {}, {}]", b"[{}, 3]"])
+@pytest.mark.parametrize(
+    "body",
+    [
+        *(b'{"role":"user"}', b"[[], {}]", b"[{}, {}, {}]", b"[{}, 3]", b"[3,{}]"),
+        *(b'[{},{"role":"user"}', b'[{},{"role":"user"}]x', b'[{}{"role":"user"}]'),
+        *(b'[{},{"role":"user"},]', b"[{}]", b"[{},]"),
+    ],
+)
 def test_format_2_body_of_another_shape_is_corrupt(body: bytes) -> None:
     session, nonce = _session_aead("s1"), b"\x01" * 12
     aad = b"memstack/encrypted/2\x00" + key_id(KEY).encode() + b"\x00s1"
