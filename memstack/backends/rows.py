@@ -24,12 +24,12 @@ read-only.
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Awaitable, Callable, Hashable, Sequence
 from typing import Any
 
 import memstack.cache as cache
 import memstack.incremental as incremental
+import memstack.json_text as json_text
 from memstack.backends.capabilities import Tail
 
 __all__ = ["newest_rows", "parse", "parsed"]
@@ -45,7 +45,7 @@ def text_key(text: str) -> bytes:
 
 def parse(text: str) -> tuple[Any, bytes]:
     """The value of one stored row and its content key; ``ValueError`` if not JSON."""
-    return cache.compact(json.loads(text)), text_key(text)
+    return cache.compact(json_text.loads(text)), text_key(text)
 
 
 def parsed(store: Hashable, session_id: str, row_id: Any, text: str) -> tuple[Any, bytes]:
@@ -104,7 +104,7 @@ async def newest_rows(
             if found is incremental.MISSING:
                 try:
                     found = known[index] = (
-                        cache.compact(json.loads(text))
+                        cache.compact(json_text.loads(text))
                         if whole
                         else parsed(store, session_id, row_id, text)[0]
                     )

@@ -73,6 +73,7 @@ import memstack.incremental as incremental
 from memstack.content_keys import derived_key
 from memstack.crypto.keys import KeyProvider, check_kid, parse_key
 from memstack.errors import ConfigurationError, DecryptionError, ItemValidationError
+from memstack.json_text import loads, scan
 
 __all__ = [
     "FACTS_FORMAT",
@@ -141,7 +142,6 @@ FactsOf = Callable[[Mapping[str, Any]], Facts]
 # One encoder for every item: json.dumps with options would build a new one per call.
 # ASCII output escapes lone surrogates too, so every str round-trips.
 _JSON = json.JSONEncoder(separators=(",", ":"), allow_nan=False)
-_DECODER = json.JSONDecoder()
 
 
 def is_envelope(value: object) -> bool:
@@ -484,15 +484,13 @@ class SessionCipher:
                 raise ValueError(f"unknown payload encoding {flag}")
             text = body.decode("utf-8")
             if version == FACTS_FORMAT:  # "[facts,item]", as ``encode`` writes it
-                facts, end = _DECODER.raw_decode(text, 1) if text[:2] == "[{" else (None, 0)
-                item, stop = (
-                    _DECODER.raw_decode(text, end + 1) if text[end : end + 1] == "," else (None, 0)
-                )
+                facts, end = scan(text, 1) if text[:2] == "[{" else (None, 0)
+                item, stop = scan(text, end + 1) if text[end : end + 1] == "," else (None, 0)
                 if type(facts) is not dict or text[stop:] != "]":
                     raise ValueError("a format-2 body is [facts, item]")
                 chars = len(text) - end - 2  # the item's JSON: what a parsed copy weighs
             else:
-                item, chars = json.loads(text), len(text)
+                item, chars = loads(text), len(text)
             item = cache.compact(item)
         except (ValueError, zlib.error, binascii.Error) as exc:
             raise self.error(
