@@ -18,11 +18,13 @@ gets ``json.loads``'s answer, its error included.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 __all__ = ["loads", "scan"]
 
-_scan_once = json.JSONDecoder().scan_once
+# What json.loads calls, in C (typeshed leaves the attribute out).
+_scan_once: Callable[[str, int], tuple[Any, int]] = json.JSONDecoder().scan_once  # type: ignore[attr-defined]
 
 
 def loads(text: str) -> Any:
@@ -40,6 +42,6 @@ def scan(text: str, at: int) -> tuple[Any, int]:
     """The JSON value that starts exactly at ``text[at]`` and the index just after it;
     ``ValueError`` when none does."""
     try:
-        return _scan_once(text, at)  # type: ignore[no-any-return]
+        return _scan_once(text, at)
     except StopIteration:
         raise ValueError(f"no JSON value at index {at}") from None

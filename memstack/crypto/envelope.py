@@ -156,7 +156,7 @@ def _b64encode(data: bytes) -> str:
 # The strict decoder refuses characters outside the alphabet and misplaced padding; a
 # trailing '=' and set unused low bits in the last character are refused here, so every
 # byte string has exactly one accepted spelling.
-_PADDING = (b"", b"===", b"==", b"=")
+_PADDING = ("", "===", "==", "=")
 _UNUSED_BITS = (0, 0, 0x0F, 0x03)
 _VALUE = bytes(
     "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/".find(chr(c)) & 0xFF
@@ -166,12 +166,12 @@ _VALUE = bytes(
 
 def _b64decode(text: str) -> bytes:
     """Decode canonical unpadded base64; any other spelling raises ValueError."""
-    raw = text.encode("ascii")
-    rest = len(raw) % 4
-    if raw.endswith(b"="):
+    rest = len(text) % 4
+    if text.endswith("="):
         raise ValueError("non-canonical base64: padding")
-    data = binascii.a2b_base64(raw + _PADDING[rest], strict_mode=True)
-    if rest and _VALUE[raw[-1]] & _UNUSED_BITS[rest]:
+    # An ASCII str is decoded as it is (any other raises ValueError): no bytes copy.
+    data = binascii.a2b_base64(text + _PADDING[rest] if rest else text, strict_mode=True)
+    if rest and _VALUE[ord(text[-1])] & _UNUSED_BITS[rest]:
         raise ValueError("non-canonical base64: unused bits are set")
     return data
 

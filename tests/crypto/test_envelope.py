@@ -135,6 +135,8 @@ def test_non_canonical_base64_is_refused() -> None:
         "padded": text + "=" * (-len(text) % 4),
         "with a newline": text + "\n",
         "with a space": text[:10] + " " + text[10:],
+        "with a non-ASCII letter": text[:10] + "é" + text[11:],
+        "with a non-ASCII last letter": text[:-1] + "é",
     }
     if urlsafe != text:
         spellings["urlsafe alphabet"] = urlsafe
