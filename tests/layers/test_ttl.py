@@ -718,6 +718,37 @@ def test_damaged_records_are_refused_not_guessed(record: dict[str, Any]) -> None
         read_record(record)
 
 
+@pytest.mark.parametrize(
+    "record",
+    [
+        {MARKER: 1, "t": 1.5, "item": {"role": "user"}},
+        {MARKER: True, "t": 1.5, "item": {}},
+        {MARKER: 1, "t": 2, "item": {}},
+        {MARKER: 1, "t": float("nan"), "item": {}},
+        {MARKER: 2, "t": 1.5, "item": {}},
+        {MARKER: 1, "t": 1.5, "other": {}},
+        {MARKER: 1, "t": 1.5, "item": {}, "u": 1.0},
+        {"t": 1.5, "item": {}, "x": 1},
+    ],
+)
+def test_a_common_record_reads_as_any_record_does(record: dict[str, Any]) -> None:
+    """The shortcut for marker, time and item gives what the general reading gives (a
+    dict subclass takes the general way)."""
+    from memstack.layers.ttl.record import read_record
+
+    class Record(dict[str, Any]):
+        pass
+
+    def outcome(value: object) -> object:
+        try:
+            stamp = read_record(value)
+        except Exception as exc:  # noqa: BLE001 - the outcome compared, whatever it is
+            return type(exc), str(exc)
+        return type(stamp), tuple(stamp)
+
+    assert outcome(record) == outcome(Record(record))
+
+
 def _random_history(rng: Any, turns: int) -> list[tuple[str, list[dict[str, Any]]]]:
     """Batches as agents write them, with units split across batches and late summaries."""
     batches: list[tuple[str, list[dict[str, Any]]]] = []

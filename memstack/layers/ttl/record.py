@@ -64,9 +64,22 @@ def write_record(
     return record
 
 
+_new_stamp = tuple.__new__  # a Stamp without NamedTuple's Python-level __new__
+
+
 def read_record(value: object) -> Stamp:
     """The stamp of one stored value; ``UnknownRecord`` for formats this code cannot read."""
-    # Runs once per stored item on every read: type() checks, and no helper calls.
+    # Runs once per stored item on a cold read: type() checks, and no helper calls. Most
+    # records are the marker, the time and the item: that stamp is made in one step.
+    if type(value) is dict and len(value) == 3:
+        written, stored = value.get("t"), value.get("item")
+        if (
+            type(written) is float
+            and type(stored) is dict
+            and value.get(MARKER) == VERSION
+            and math.isfinite(written)
+        ):
+            return _new_stamp(Stamp, (stored, written, written, 0, False, True))
     if not isinstance(value, dict) or MARKER not in value:
         # Written before or around the layer: live, and dated by TTLSession.adopt().
         item = value if isinstance(value, dict) else {"value": value}
