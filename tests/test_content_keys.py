@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -56,6 +57,20 @@ def test_a_derived_key_names_what_a_function_made_of_the_item() -> None:
     assert derived_key(key, b"ttl record") == derived_key(key, b"ttl record")
     assert derived_key(key, b"ttl record") != derived_key(key, b"opened envelope") != key
     assert keyed_by(key, "a", b"mask") != keyed_by(key, "b", b"mask")
+
+
+def test_derived_keys_are_blake2b_personalised_by_their_tag_however_many_tags() -> None:
+    """Hashers copied per tag give the digests made afresh, for more tags than are kept."""
+    for n in range(300):
+        key, tag = content_key({"n": n}), b"tag %d" % n + b"-" * (n % 20)
+        made = hashlib.blake2b(key, digest_size=16, person=tag[:16]).digest()
+        assert derived_key(key, tag) == made
+        text = "é" * (n % 5) + "\ud800"
+        with_text = key + text.encode("utf-8", "surrogatepass")
+        assert (
+            keyed_by(key, text, tag)
+            == hashlib.blake2b(with_text, digest_size=16, person=tag[:16]).digest()
+        )
 
 
 def test_counts_are_kept_once_for_the_process_and_shared_by_counters_alike() -> None:
