@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import json
 import sqlite3
@@ -11,7 +12,7 @@ import pytest
 from sqlalchemy import text
 
 from memstack import EncryptedSession, PassthroughSession, TTLSession, cache, capabilities_of
-from memstack.backends.rows import parsed
+from memstack.backends.rows import parsed, text_key
 from memstack.crypto import generate_key
 from memstack.testing import sample_items
 
@@ -35,6 +36,12 @@ async def execute(store: Store, session: Any, statement: str, params: dict[str, 
     else:
         with sqlite3.connect(str(session.db_path)) as conn:
             conn.execute(statement, params)
+
+
+def test_a_rows_key_is_the_blake2b_digest_of_its_text() -> None:
+    for text_ in ("", "a", "é\ud800" * 50, '{"role":"user"}' * 400):
+        made = hashlib.blake2b(text_.encode("utf-8", "surrogatepass"), digest_size=16)
+        assert text_key(text_) == made.digest()
 
 
 def test_a_row_answers_with_its_value_only_for_the_same_text():
