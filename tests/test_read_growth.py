@@ -104,3 +104,32 @@ async def test_an_adapter_of_your_own_is_never_passed_whole_up_to() -> None:
     stack = TTLSession(store, ttl=3600, purge_every=None)
     assert await stack.get_items() == [message(n) for n in range(300)]
     assert reads and reads[0] == 128
+
+
+@pytest.mark.parametrize("database", ["sqlite", "postgres"])
+async def test_a_first_read_quotes_a_table_name_that_needs_it(
+    database: str, tmp_path: Path
+) -> None:
+    """The one-statement first read is SQL text: a table the SDK was told to name with
+    capitals and a space is quoted as the dialect quotes it."""
+    from agents.extensions.memory import SQLAlchemySession
+
+    from .conftest import POSTGRES_URL, require_service
+
+    if database == "postgres":
+        require_service("PostgreSQL", POSTGRES_URL)
+    url = POSTGRES_URL if database == "postgres" else f"sqlite+aiosqlite:///{tmp_path}/q.db"
+    engine = create_async_engine(url)
+    suffix = uuid.uuid4().hex[:8]
+    tables = {"sessions_table": f"Quoted S {suffix}", "messages_table": f"Quoted M {suffix}"}
+    store = SQLAlchemySession("s", engine=engine, create_tables=True, **tables)
+    stack = TTLSession(store, ttl=3600, purge_every=None)
+    try:
+        await stack.add_items([message(n) for n in range(200)])  # type: ignore[arg-type]
+        cache.clear()  # a new process: the first read takes the adaptive statement
+        assert await stack.get_items() == [message(n) for n in range(200)]
+    finally:
+        async with engine.begin() as conn:
+            for name in reversed(tables.values()):  # messages first: they refer to sessions
+                await conn.exec_driver_sql(f'DROP TABLE IF EXISTS "{name}"')
+        await engine.dispose()
