@@ -211,7 +211,8 @@ class EncryptedSession(SessionLayer):
                 if not tail.complete:  # a longer read finds these opened, without their facts
                     remember_sealed(items, keys, facts)
                     return Tail(items, tail.written_at, keys, tail.complete, tail.reach)
-                return Tail(items, tail.written_at, keys, True, tail.reach, facts)
+                sealed = facts if any(facts) else ()  # a warm read opens few afresh, or none
+                return Tail(items, tail.written_at, keys, True, tail.reach, sealed)
         keys = derived_keys(tail.keys, b"opened envelope")
         if self.unreadable == "raise":
             return Tail(self.open_all(tail.items), tail.written_at, keys, tail.complete, tail.reach)
