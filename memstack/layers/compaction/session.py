@@ -37,6 +37,8 @@ import threading
 import time
 import warnings
 from collections.abc import Mapping, Sequence
+from itertools import compress
+from operator import is_not
 from typing import TYPE_CHECKING, Any, Literal
 
 import aiologic
@@ -267,11 +269,10 @@ class CompactionSession(SessionLayer):
             raw, raw_keys = self.mask.apply_keyed(raw, raw_keys, session_id=self.session_id)
         sealed: list[Any] = []
         if below.sealed:  # what was sealed with an item the view shows as it was stored
-            sealed = [None] * len(head)
-            sealed += [
-                below.sealed[i] if new is old else None
-                for i, new, old in zip(res.raw_indices, raw_keys, kept_keys, strict=True)
-            ]
+            sealed = list(map(below.sealed.__getitem__, res.raw_indices))
+            for changed in compress(range(len(raw_keys)), map(is_not, raw_keys, kept_keys)):
+                sealed[changed] = None
+            sealed[:0] = [None] * len(head)
         return Tail(
             [*head, *raw],
             [None] * len(head) + [below.written_at[i] for i in res.raw_indices],
