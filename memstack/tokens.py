@@ -125,6 +125,7 @@ def counts(
     keys: Sequence[bytes | None],
     *,
     session_id: str | None = None,
+    sealed: Sequence[Mapping[str, Any] | None] = (),
 ) -> Callable[[int], int]:
     """``index -> tokens of items[index]``, looked up by the content keys a read knows.
 
@@ -132,20 +133,26 @@ def counts(
     its way of counting and the item's key, so a stack built per request, and a window
     and a compaction of one stack, count an item once. With ``session_id``, the counts
     of this session's last such read line up with these keys first
-    (``memstack.incremental``): only new items are looked up. Another counter (a
-    subclass too: it may count otherwise) is asked each time.
+    (``memstack.incremental``): only new items are looked up. ``sealed``: what envelopes
+    sealed with the items (``Tail.sealed``): their parts are counts, taken as they are.
+    Another counter (a subclass too: it may count otherwise) is asked each time.
     """
     if type(counter) is not TokenCounter:
         return lambda index: counter.count_item(items[index])
     tokens = counter.count_keyed
     if session_id is None:
+        if sealed:
+            return lambda index: counter.count_sealed(items[index], keys[index], sealed[index])
         return lambda index: tokens(items[index], keys[index])
     known = _kept_counts(counter, keys, session_id)
 
     def count(index: int) -> int:
         found = known[index]
         if found is incremental.MISSING:
-            found = known[index] = tokens(items[index], keys[index], keep=False)
+            facts = sealed[index] if sealed else None
+            found = known[index] = counter.count_sealed(
+                items[index], keys[index], facts, keep=False
+            )
         return found  # type: ignore[no-any-return]
 
     return count
@@ -157,14 +164,23 @@ def total(
     keys: Sequence[bytes | None],
     *,
     session_id: str | None = None,
+    sealed: Sequence[Mapping[str, Any] | None] = (),
 ) -> int:
     """Tokens of all ``items``: ``counts``' sum, added at C speed where the counts are kept."""
     if type(counter) is not TokenCounter or session_id is None:
-        return sum(map(counts(counter, items, keys, session_id=session_id), range(len(items))))
+        count = counts(counter, items, keys, session_id=session_id, sealed=sealed)
+        return sum(map(count, range(len(items))))
     known = _kept_counts(counter, keys, session_id)
     if incremental.MISSING in known:
+        name, overhead, media = counter.sealed_as, counter.item_overhead, counter.media_tokens
         for index, found in enumerate(known):
-            if found is incremental.MISSING:
+            if found is not incremental.MISSING:
+                continue
+            facts = sealed[index] if sealed else None
+            parts = facts.get(name) if facts else None
+            if parts is not None and _are_parts(parts):
+                known[index] = overhead + parts[0] + parts[1] * media
+            else:
                 known[index] = counter.count_keyed(items[index], keys[index], keep=False)
     return sum(known)
 
@@ -224,6 +240,7 @@ class TokenCounter:
             item_overhead,
             media_tokens,
         )
+        self.sealed_as = sealed_name(self.encoding_name)  # its parts' name in an envelope
 
     @property
     def encoding(self) -> tiktoken.Encoding:
@@ -270,6 +287,22 @@ class TokenCounter:
         if keep:
             cache.put(slot, count, weight=16)
         return count
+
+    def count_sealed(
+        self,
+        item: Mapping[str, Any],
+        key: bytes | None,
+        facts: Mapping[str, Any] | None,
+        *,
+        keep: bool = True,
+    ) -> int:
+        """``count_keyed``, from the parts ``facts`` hold for this encoding (what an
+        envelope sealed with the item: ``Tail.sealed``) where they do."""
+        if facts and type(self) is TokenCounter:
+            parts = facts.get(self.sealed_as)
+            if parts is not None and _are_parts(parts):
+                return self.item_overhead + parts[0] + parts[1] * self.media_tokens  # type: ignore[no-any-return]
+        return self.count_keyed(item, key, keep=keep)
 
     def _sealed(self, key: bytes, *, keep: bool) -> Any:
         """The count the parts sealed with the item under ``key`` make, or ``MISSING``.
@@ -408,8 +441,15 @@ def remember_sealed(
             cache.put(_parts_slot(name[len(prefix) :], key), (parts[0], parts[1]), weight=32)
 
 
-def _are_parts(value: object) -> bool:
-    return type(value) is list and len(value) == 2 and all(type(n) is int and n >= 0 for n in value)
+def _are_parts(value: Any) -> bool:
+    return (
+        type(value) is list
+        and len(value) == 2
+        and type(value[0]) is int
+        and type(value[1]) is int
+        and value[0] >= 0
+        and value[1] >= 0
+    )
 
 
 @functools.lru_cache(maxsize=64)

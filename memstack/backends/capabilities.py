@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import inspect
 from abc import ABC, abstractmethod
-from collections.abc import Awaitable, Callable, Hashable, Sequence
+from collections.abc import Awaitable, Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
@@ -115,8 +115,11 @@ class Tail:
     content in this process, so a count or a placeholder is looked up, not recomputed.
     ``complete``: these are all the items; else older ones may precede them. ``reach``:
     how many of the newest stored rows they were made from (-1: as many as there are
-    items), which sizes the next read. The items may be shared with the process cache
-    (``memstack.cache``): read them, never change them (build new ones).
+    items), which sizes the next read. ``sealed``: what an envelope sealed with each item
+    and the read just authenticated (``memstack.tokens``: its token parts), None where
+    nothing; empty when no layer below knows. A layer that changes an item drops its
+    entry. The items may be shared with the process cache (``memstack.cache``): read
+    them, never change them (build new ones).
     """
 
     items: Sequence[Item]
@@ -124,10 +127,13 @@ class Tail:
     keys: Sequence[bytes | None] = ()
     complete: bool = False
     reach: int = -1
+    sealed: Sequence[Mapping[str, Any] | None] = ()
 
     def __post_init__(self) -> None:
         if len(self.keys) != len(self.items):
             object.__setattr__(self, "keys", [None] * len(self.items))
+        if self.sealed and len(self.sealed) != len(self.items):
+            object.__setattr__(self, "sealed", ())
         if self.reach < 0:
             object.__setattr__(self, "reach", len(self.items))
 
@@ -150,6 +156,7 @@ class Tail:
             [self.keys[i] for i in indices],
             complete,
             self.reach if reach < 0 else reach,
+            [self.sealed[i] for i in indices] if self.sealed else (),
         )
 
     def newest(self, n: int) -> Tail:
@@ -163,6 +170,7 @@ class Tail:
             self.keys[start:],
             complete=False,
             reach=self.reach_from(start),
+            sealed=self.sealed[start:],
         )
 
 

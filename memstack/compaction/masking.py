@@ -39,6 +39,7 @@ Names in it: src/io_1.py 120'
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import re
@@ -250,8 +251,11 @@ class Mask:
         result, result_keys = list(items), list(keys)
         weight = fact_weight(facts) + _LIST_WEIGHT * sum(1 for row in rows if type(row) is list)
         if outputs:
+            # Rows kept for the next read (``session_id``, every key known) hold each
+            # masked output: it needs no entry of its own in the process cache.
+            kept = session_id is not None and None not in keys
             weight += self._mask_outputs(
-                items, keys, facts, rows, calls, outputs, result, result_keys
+                items, keys, facts, rows, calls, outputs, result, result_keys, kept=kept
             )
         if self.trim_replies:  # after masking: ``trim_restated`` reads the masked view
             self._trim_replies(items, keys, result, result_keys)
@@ -269,6 +273,8 @@ class Mask:
         outputs: list[int],
         result: list[Any],
         result_keys: list[bytes | None],
+        *,
+        kept: bool = False,
     ) -> int:
         """Old outputs replaced by their placeholders in ``result`` (in place); what the
         masked items hold of their own (a row keeps them for the next read).
@@ -294,7 +300,9 @@ class Mask:
                 ):
                     masked = known[2]
                 else:
-                    masked = self._masked(items[index], keys[index], items[call], call_key, used)
+                    masked = self._masked(
+                        items[index], keys[index], items[call], call_key, used, kept=kept
+                    )
                     if call_key is not None and keys[index] is not None:
                         rows[index][1] = (call_key, used, masked)
                 if masked is not None:
@@ -403,13 +411,18 @@ class Mask:
         call: Item,
         call_key: bytes | None,
         used: tuple[str, ...] = (),
+        *,
+        kept: bool = False,
     ) -> tuple[dict[str, Any], bytes] | None:
         """The masked output and its content key; None when it stays.
 
         Every read meets the same old outputs again, and the outcome is a pure function of
         the output, its call, ``used`` and these options: with both keys known (a stack's
         read), it is kept whole under them, so a read pays one lookup per old output.
+        ``kept``: the caller keeps it (a session's rows), so it is made, not looked up.
         """
+        if kept:
+            return self._mask_one(output, output_key, call, call_key, used, cached=False)
         if output_key is None or call_key is None:
             return self._mask_one(output, output_key, call, call_key, used)
         slot = ("masked output", *self._way, call_key, output_key, used)
@@ -429,6 +442,8 @@ class Mask:
         call: Item,
         call_key: bytes | None,
         used: tuple[str, ...],
+        *,
+        cached: bool = True,
     ) -> tuple[dict[str, Any], bytes] | None:
         tool = str(call.get("name") or item_type(call))
         if tool in self.exclude_tools or (self.tools is not None and tool not in self.tools):
@@ -437,17 +452,22 @@ class Mask:
         size = len(text) if isinstance(text, str) else len(json.dumps(text, default=str))
         if size < self.min_chars:
             return None
-        if isinstance(text, str) and text.startswith(self.placeholder(call)):
-            return None  # masked already (an in-run filter sees the session's view again)
-        # Every read masks the same old outputs again: kept by what the text depends on.
-        out = key_of(output, output_key)
+        # Only these options add to the call's placeholder what its output says.
         by_text = self.keep_names or self.excerpt or tool in self.keep_fields
-        slot = (*self._way, key_of(call, call_key), out if by_text else size, used)
-        placeholder = cache.get_or_put(
-            slot,
-            lambda: self.placeholder(call, output, used),
-            weight=self.max_arg_chars * 4 + self.excerpt,
-        )
+        if by_text and isinstance(text, str) and text.startswith(self.placeholder(call)):
+            return None  # masked already (an in-run filter sees the session's view again)
+        out = key_of(output, output_key)
+        if cached:  # every read masks the same old outputs again: kept by what it depends on
+            slot = (*self._way, key_of(call, call_key), out if by_text else size, used)
+            placeholder = cache.get_or_put(
+                slot,
+                lambda: self.placeholder(call, output, used),
+                weight=self.max_arg_chars * 4 + self.excerpt,
+            )
+        else:
+            placeholder = self.placeholder(call, output, used)
+        if not by_text and isinstance(text, str) and text.startswith(placeholder):
+            return None  # the same check: without those options, the call's placeholder
         if len(placeholder) >= size:
             return None
         masked = {**output, "output": placeholder}
@@ -459,21 +479,29 @@ class Mask:
         ``used``: names the agent used after the output (``excerpt`` quotes their lines).
         """
         tool = str(call.get("name") or item_type(call))
-        arguments = _arguments(call)
-        fields: dict[str, str] = {
-            name: self._clip(value if isinstance(value, str) else json.dumps(value))
-            for name, value in arguments.items()
-        }
-        rendered = ", ".join(
-            f"{name}={json.dumps(value, ensure_ascii=False)}" for name, value in arguments.items()
-        )
-        fields.update(
-            tool=tool,
-            args=self._clip(rendered),
-            call_id=str(call.get("call_id") or call.get("id") or ""),
-        )
-        template = self.templates.get(tool, self.default_template)
-        text = _FIELD.sub(lambda m: fields.get(m.group(1), m.group(0)), template)
+        # Only the fields the template names are made (most name ``tool`` and ``args``).
+        parts = _template_parts(self.templates.get(tool, self.default_template))
+        arguments: dict[str, Any] | None = None
+        pieces = list(parts)
+        for index in range(1, len(parts), 2):
+            name = parts[index]
+            if name == "tool":
+                pieces[index] = tool
+            elif name == "call_id":
+                pieces[index] = str(call.get("call_id") or call.get("id") or "")
+            else:
+                if arguments is None:
+                    arguments = _arguments(call)
+                if name == "args":
+                    pieces[index] = self._clipped_args(arguments)
+                elif name in arguments:
+                    value = arguments[name]
+                    pieces[index] = self._clip(
+                        value if isinstance(value, str) else json.dumps(value)
+                    )
+                else:  # unknown fields stay as written
+                    pieces[index] = "{" + name + "}"
+        text = "".join(pieces)
         wanted = self.keep_fields.get(tool)
         if wanted and output is not None:
             raw = output.get("output")
@@ -508,6 +536,25 @@ class Mask:
                 names.append(token)
                 used += len(token) + 1
         return " ".join(names)
+
+    def _clipped_args(self, arguments: Mapping[str, Any]) -> str:
+        """``name=value, …`` (values as JSON), clipped: rendered only as far as it shows."""
+        limit = self.max_arg_chars
+        pieces: list[str] = []
+        size = 0
+        for name, value in arguments.items():
+            if pieces:
+                pieces.append(", ")
+                size += 2
+            if isinstance(value, str) and len(value) > limit:
+                # Its JSON begins with the JSON of its start: that much is all the clip shows.
+                value = value[:limit]
+            piece = f"{name}={json.dumps(value, ensure_ascii=False)}"
+            pieces.append(piece)
+            size += len(piece)
+            if size > limit:  # clipped within what is rendered so far
+                break
+        return self._clip("".join(pieces))
 
     def _clip(self, text: str) -> str:
         if len(text) <= self.max_arg_chars:
@@ -555,6 +602,12 @@ def _shown_text(item: Item) -> str:
         raw = item.get("output")
         return raw if isinstance(raw, str) else json.dumps(raw, ensure_ascii=False)
     return excerpts.agent_text(item)
+
+
+@functools.lru_cache(maxsize=64)
+def _template_parts(template: str) -> tuple[str, ...]:
+    """``template`` split at its fields: text at even positions, field names at odd ones."""
+    return tuple(_FIELD.split(template))
 
 
 def _arguments(call: Item) -> dict[str, Any]:

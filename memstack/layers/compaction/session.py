@@ -37,6 +37,8 @@ import threading
 import time
 import warnings
 from collections.abc import Mapping, Sequence
+from itertools import compress
+from operator import is_not
 from typing import TYPE_CHECKING, Any, Literal
 
 import aiologic
@@ -229,7 +231,9 @@ class CompactionSession(SessionLayer):
             return Need.MORE
         tail = self._view(res, below)
         if isinstance(self.trigger, Tokens):
-            measure = total(self.counter, tail.items, tail.keys, session_id=self.session_id)
+            measure = total(
+                self.counter, tail.items, tail.keys, session_id=self.session_id, sealed=tail.sealed
+            )
             cache.put(self._measured, Estimate(measure), weight=64)
         elif self.trigger is not None:
             measure = sum(self._weights(tail))
@@ -260,20 +264,30 @@ class CompactionSession(SessionLayer):
             for i in range(len(head))
         ]
         raw, raw_keys = res.raw, [below.keys[i] for i in res.raw_indices]
+        kept_keys = raw_keys
         if self.mask is not None:
             raw, raw_keys = self.mask.apply_keyed(raw, raw_keys, session_id=self.session_id)
+        sealed: list[Any] = []
+        if below.sealed:  # what was sealed with an item the view shows as it was stored
+            sealed = list(map(below.sealed.__getitem__, res.raw_indices))
+            for changed in compress(range(len(raw_keys)), map(is_not, raw_keys, kept_keys)):
+                sealed[changed] = None
+            sealed[:0] = [None] * len(head)
         return Tail(
             [*head, *raw],
             [None] * len(head) + [below.written_at[i] for i in res.raw_indices],
             [*head_keys, *raw_keys],
             complete=True,
             reach=below.reach_from(len(res.window) - res.depth),
+            sealed=sealed,
         )
 
     def _weights(self, view: Tail) -> list[int]:
         assert self.trigger is not None
         if isinstance(self.trigger, Tokens):
-            count = counts(self.counter, view.items, view.keys, session_id=self.session_id)
+            count = counts(
+                self.counter, view.items, view.keys, session_id=self.session_id, sealed=view.sealed
+            )
             return [count(i) for i in range(len(view.items))]
         return self.trigger.weights(view.items, self.counter)
 

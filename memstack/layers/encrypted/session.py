@@ -208,8 +208,11 @@ class EncryptedSession(SessionLayer):
             found = self._cipher.open_keyed(tail.items, tail.keys, b"opened envelope")
             if found is not None:
                 items, keys, facts = found
-                remember_sealed(items, keys, facts)
-                return Tail(items, tail.written_at, keys, tail.complete, tail.reach)
+                if not tail.complete:  # a longer read finds these opened, without their facts
+                    remember_sealed(items, keys, facts)
+                    return Tail(items, tail.written_at, keys, tail.complete, tail.reach)
+                sealed = facts if any(facts) else ()  # a warm read opens few afresh, or none
+                return Tail(items, tail.written_at, keys, True, tail.reach, sealed)
         keys = derived_keys(tail.keys, b"opened envelope")
         if self.unreadable == "raise":
             return Tail(self.open_all(tail.items), tail.written_at, keys, tail.complete, tail.reach)

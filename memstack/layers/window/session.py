@@ -139,7 +139,14 @@ class SlidingWindowSession(SessionLayer):
         count = self._count(below)
         if below.complete and fits_whole(len(items), count, self.budget, self.low):
             # All of it is the window (``WindowTail.plan`` would start at 0): no cut to find.
-            return Tail(list(items), list(below.written_at), list(below.keys), True, below.reach)
+            return Tail(
+                list(items),
+                list(below.written_at),
+                list(below.keys),
+                True,
+                below.reach,
+                list(below.sealed),
+            )
         tail = WindowTail(
             items,
             complete=below.complete,
@@ -160,7 +167,9 @@ class SlidingWindowSession(SessionLayer):
     def _count(self, below: Tail) -> Callable[[int], int] | None:
         if self.counter is None:
             return None
-        return counts(self.counter, below.items, below.keys, session_id=self.session_id)
+        return counts(
+            self.counter, below.items, below.keys, session_id=self.session_id, sealed=below.sealed
+        )
 
     def filter_model_input(self, items: Sequence[Item]) -> list[Item]:
         """This window over a list of items (a model call's input inside one run).
