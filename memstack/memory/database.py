@@ -40,10 +40,15 @@ __all__ = [
     "engine_url",
     "open_engine",
     "prepare",
-    "secure_delete",
+    "sqlite_settings",
 ]
 
 _LAYER = "MemoryStore"
+# Bytes of a SQLite file each connection reads through a memory map: recall's statements
+# read index and row pages at random, and through the map each page is a memory read
+# instead of a read() into SQLite's own cache (benchmarks/README.md, "Recall's
+# statements through a memory map"). Address space only; the pages are the OS's cache.
+MMAP_BYTES = 1 << 30
 # Creation attempts when another process creates the same tables at the same moment.
 _ATTEMPTS = 10
 _DRIVERS = {
@@ -112,15 +117,16 @@ def open_engine(url: str, engine_kwargs: Mapping[str, Any] | None = None) -> Asy
             ) from exc
 
 
-def secure_delete(engine: AsyncEngine) -> None:
-    """On SQLite, deleted memories are overwritten with zeros, not left in free pages."""
+def sqlite_settings(engine: AsyncEngine) -> None:
+    """On SQLite, deleted memories are overwritten with zeros, not left in free pages, and
+    the file is read through a memory map (``MMAP_BYTES``)."""
     if dialect_name(engine) == "sqlite":
-        configure_engine(engine, _listen_secure_delete)
+        configure_engine(engine, _listen_sqlite_settings)
 
 
-def _listen_secure_delete(engine: AsyncEngine) -> None:
-    if not event.contains(engine.sync_engine, "connect", _sqlite_secure_delete):
-        event.listen(engine.sync_engine, "connect", _sqlite_secure_delete)
+def _listen_sqlite_settings(engine: AsyncEngine) -> None:
+    if not event.contains(engine.sync_engine, "connect", _sqlite_settings):
+        event.listen(engine.sync_engine, "connect", _sqlite_settings)
 
 
 async def prepare(engine: AsyncEngine, tables: Tables, *, create_tables: bool) -> None:
@@ -243,7 +249,8 @@ def check_keys(stored: set[str], cipher: MemoryCipher) -> None:
         )
 
 
-def _sqlite_secure_delete(dbapi_connection: Any, _record: Any) -> None:
+def _sqlite_settings(dbapi_connection: Any, _record: Any) -> None:
     cursor = dbapi_connection.cursor()
     cursor.execute("PRAGMA secure_delete = ON")
+    cursor.execute(f"PRAGMA mmap_size = {MMAP_BYTES}")
     cursor.close()

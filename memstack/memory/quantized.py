@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["SHORTLIST", "Block", "centroid", "nearest", "shortlist_rows"]
+__all__ = ["SHORTLIST", "Block", "best_rows", "centroid", "nearest", "shortlist_rows"]
 
 # Candidates scored on the codes per query: at least this many, and at least
 # ``_PER_HIT`` times the hits asked for. Sign bits rank MiniLM neighbours coarsely; see
@@ -180,7 +180,7 @@ def nearest(
         scores[low:high] = np.einsum("ij,j->i", codes[low:high].astype(np.float32), vector)
     scores *= scales
     # Equal scores (copies of one text) in row order: the same hits in every process.
-    top = np.argsort(-scores, kind="stable")[: min(k, len(chosen))]
+    top = best_rows(scores, k)
     owners = np.searchsorted(starts, chosen[top], side="right") - 1
     return [
         (blocks[b].ids[row - starts[b]], float(scores[i]))
@@ -203,6 +203,23 @@ def shortlist_rows(distance: Any, wanted: int) -> Any:
     taken = wanted - int(np.count_nonzero(inside))
     inside[np.flatnonzero(distance == cut)[:taken]] = True
     return np.flatnonzero(inside)
+
+
+def best_rows(scores: Any, k: int) -> Any:
+    """The indices of the ``k`` highest ``scores``, best first, equal scores in index order:
+    ``np.argsort(-scores, kind="stable")[:k]``, sorting only those ``k``.
+
+    Sorting all of a shortlist's 4,000 scores cost ~0.35 ms a search; a partition finds the
+    ``k``-th score, and of the scores equal to it the first indices are kept.
+    """
+    n = len(scores)
+    if k >= n:
+        return np.argsort(-scores, kind="stable")
+    cut = np.partition(scores, n - k)[n - k]  # the k-th highest
+    above = np.flatnonzero(scores > cut)
+    tied = np.flatnonzero(scores == cut)[: k - len(above)]
+    rows = np.sort(np.concatenate((above, tied)))
+    return rows[np.argsort(-scores[rows], kind="stable")]
 
 
 def centroid(blocks: Sequence[Block], ids: Collection[str]) -> Any:

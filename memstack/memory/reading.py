@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import contextvars
 from collections.abc import Mapping, Sequence
 from functools import partial
@@ -50,6 +51,8 @@ __all__ = ["profile", "scopes", "search", "select_memories"]
 
 # Standing preferences and facts considered for the profile part of a recall.
 PROFILE = 50
+# Turns of the event loop a connection's release takes to hand its rollback to the driver.
+_TURNS_TO_HAND_BACK = 2
 _DEFAULT_POLICY = RecallPolicy()
 
 
@@ -164,7 +167,10 @@ async def search(
 
     try:
         now = parts.now()
-        async with parts.connect("searching memories") as conn:
+        # On a failure the stack hands the connection back; on success the search does,
+        # beside the last ranking (below).
+        async with contextlib.AsyncExitStack() as stack:
+            conn = await stack.enter_async_context(parts.connect("searching memories"))
             # The vectors first: their read opens the snapshot the rest reads from (see
             # ``SemanticIndex.vectors``).
             blocks = await semantic.vectors(conn, scope) if semantic is not None else []
@@ -212,13 +218,24 @@ async def search(
                 gained = await parts.index.scores(conn, scope, extra, ids)
                 for memory_id, score in gained.items():
                     words[memory_id] = words.get(memory_id, 0.0) + score
-        if first is not None:
-            first.result()
+            release = stack.pop_all()
+        # The pool's rollback runs on SQLite's thread while the loop ranks and decodes: its
+        # hand-off there and back is off the recall's path. Two turns of the loop take the
+        # release to its hand-off (the connection's exit shields its close in a task of its
+        # own; ``test_the_connection_goes_back_while_the_loop_ranks_and_decodes``).
+        handing_back = asyncio.ensure_future(release.aclose())
+        try:
+            for _ in range(_TURNS_TO_HAND_BACK):
+                await asyncio.sleep(0)
+            if first is not None:
+                first.result()
+            return [(memory(row), score) for row, score in rank(words, rows, near)[:limit]]
+        finally:
+            await handing_back
     finally:
         blocks_read.cancel()  # set, or the search failed before the vectors were read
         if first is not None and not first.cancel() and not first.cancelled():
             first.exception()  # retrieved: a database failure is the one reported
-    return [(memory(row), score) for row, score in rank(words, rows, near)[:limit]]
 
 
 _TEXT_FIRST = '{"text":"'

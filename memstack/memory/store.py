@@ -40,7 +40,7 @@ from memstack.crypto.keys import KeyProvider
 from memstack.errors import ConfigurationError, MemoryTooLargeError
 from memstack.memory.cipher import MemoryCipher, keys_from
 from memstack.memory.consolidate import Change, ConsolidationPolicy, plan_consolidation
-from memstack.memory.database import check_scope_keys, open_engine, prepare, secure_delete
+from memstack.memory.database import check_scope_keys, open_engine, prepare, sqlite_settings
 from memstack.memory.events import read_history
 from memstack.memory.fulltext import FullTextIndex
 from memstack.memory.models import KINDS, Event, Memory, Provenance, check_choice, check_scope
@@ -141,7 +141,7 @@ class MemoryStore:
         )
         self._ready = False
         self._keys_checked: set[str] = set()  # scopes whose stored key ids were checked
-        secure_delete(engine)
+        sqlite_settings(engine)
 
     @classmethod
     def from_url(

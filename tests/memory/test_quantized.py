@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from memstack.memory.quantized import Block, centroid, nearest, shortlist_rows
+from memstack.memory.quantized import Block, best_rows, centroid, nearest, shortlist_rows
 
 
 def _unit(rows: np.ndarray) -> np.ndarray:
@@ -58,6 +58,17 @@ def test_the_shortlist_is_the_smallest_distances_ties_at_the_cut_by_row() -> Non
         chosen = shortlist_rows(distance, wanted)
         expected = np.sort(np.argsort(distance, kind="stable")[:wanted])
         assert chosen.tolist() == expected.tolist()
+
+
+def test_the_best_rows_are_a_stable_sort_s_first_without_sorting_them_all() -> None:
+    rng = np.random.default_rng(3)
+    for _ in range(2_000):
+        n = int(rng.integers(1, 300))
+        k = int(rng.integers(1, n + 5))
+        # Few distinct values: ties everywhere, at the cut too.
+        scores = rng.integers(0, int(rng.integers(1, 20)), n).astype(np.float32)
+        expected = np.argsort(-scores, kind="stable")[:k]
+        assert best_rows(scores, k).tolist() == expected.tolist()
 
 
 def test_equal_vectors_are_found_in_row_order_the_same_every_time() -> None:

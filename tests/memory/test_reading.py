@@ -97,3 +97,43 @@ async def test_the_query_is_handed_to_the_embedding_worker_before_the_loop_reads
     await store.close()
     assert seen == [True]
     assert [memory.text for memory, _ in found] == ["Ana went hiking"]
+
+
+async def test_the_connection_goes_back_while_the_loop_ranks_and_decodes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The pool's rollback runs on SQLite's thread while the loop ranks and decodes what it
+    returns: its hand-off there and back is off the recall's path."""
+    from collections.abc import Callable
+    from typing import Any
+
+    import aiosqlite
+
+    store = MemoryStore.from_url(f"sqlite:///{tmp_path / 'r.db'}", embedder=HashingEmbedder())
+    await store.remember_many([store.new_memory("ana", f"Ana went hiking {n}") for n in range(5)])
+    await store.search("ana", "warm up", limit=3)
+    handed: list[str] = []
+    execute = aiosqlite.Connection._execute
+
+    async def noted(self: aiosqlite.Connection, fn: Callable[..., Any], *a: Any, **k: Any) -> Any:
+        name = getattr(fn, "__name__", "?")
+        handed.append(name)
+        result = await execute(self, fn, *a, **k)
+        handed.append(f"{name} done")
+        return result
+
+    seen: list[list[str]] = []
+    decode = reading_module.memory_from_row
+
+    def noting(cipher: MemoryCipher, row: object) -> Memory:
+        seen.append(list(handed))
+        return decode(cipher, row)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(aiosqlite.Connection, "_execute", noted)
+    monkeypatch.setattr(reading_module, "memory_from_row", noting)
+    found = await store.search("ana", "hiking", limit=3)
+    after = list(handed)
+    await store.close()
+    assert len(found) == 3
+    assert seen and all(s[-1] == "rollback" for s in seen)  # handed over, not yet back
+    assert after[-2:] == ["rollback", "rollback done"]  # and back before the search returned
