@@ -173,7 +173,8 @@ def nearest(
     # einsum, not ``@``: a product through BLAS wakes its thread pool, and on shared cores
     # those threads spin (6,000 rows: 60 ms against 0.3 ms at load ~14). In chunks of
     # ``_SCORE_ROWS``: each chunk's float copy stays in the core's cache (4,000 rows at
-    # once: 6 MB written and read back, ~0.4 ms more); each row's sum is the same.
+    # once: 6 MB written and read back, ~0.4 ms more); each row's sum is its own product's
+    # (to a rounding unit: numpy may sum a chunk's copy in another order than the whole's).
     scores = np.empty(len(chosen), dtype=np.float32)
     for low in range(0, len(chosen), _SCORE_ROWS):
         high = low + _SCORE_ROWS
