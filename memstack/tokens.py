@@ -172,16 +172,10 @@ def total(
         return sum(map(count, range(len(items))))
     known = _kept_counts(counter, keys, session_id)
     if incremental.MISSING in known:
-        name, overhead, media = counter.sealed_as, counter.item_overhead, counter.media_tokens
         for index, found in enumerate(known):
-            if found is not incremental.MISSING:
-                continue
-            facts = sealed[index] if sealed else None
-            parts = facts.get(name) if facts else None
-            if parts is not None and _are_parts(parts):
-                known[index] = overhead + parts[0] + parts[1] * media
-            else:
-                known[index] = counter.count_keyed(items[index], keys[index], keep=False)
+            if found is incremental.MISSING:
+                facts = sealed[index] if sealed else None
+                known[index] = counter.count_sealed(items[index], keys[index], facts, keep=False)
     return sum(known)
 
 
@@ -301,7 +295,7 @@ class TokenCounter:
         if facts and type(self) is TokenCounter:
             parts = facts.get(self.sealed_as)
             if parts is not None and _are_parts(parts):
-                return self.item_overhead + parts[0] + parts[1] * self.media_tokens  # type: ignore[no-any-return]
+                return self._from_parts(parts)  # type: ignore[no-any-return]
         return self.count_keyed(item, key, keep=keep)
 
     def _sealed(self, key: bytes, *, keep: bool) -> Any:
