@@ -71,9 +71,18 @@ class StoreParts:
 
     @asynccontextmanager
     async def connect(self, doing: str) -> AsyncIterator[AsyncConnection]:
-        """A connection for reading; failures as in ``transact``."""
+        """A connection for reading; failures as in ``transact``.
+
+        On PostgreSQL outside any transaction, as the session store reads there
+        (``memstack.backends.sqlalchemy_store``): at READ COMMITTED each statement reads a
+        snapshot of its own either way, and the driver then sends no BEGIN and ROLLBACK,
+        two of a recall's seven round trips. SQLite keeps its transaction: there it holds
+        one snapshot for every statement of the read.
+        """
         with store_errors(None, layer=LAYER, doing=doing):
             async with self.engine.connect() as conn:
+                if conn.dialect.name == "postgresql":
+                    await conn.execution_options(isolation_level="AUTOCOMMIT")
                 yield conn
 
     async def log(
