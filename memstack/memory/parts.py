@@ -76,8 +76,7 @@ class StoreParts:
         On PostgreSQL outside any transaction, as the session store reads there
         (``memstack.backends.sqlalchemy_store``): at READ COMMITTED each statement reads a
         snapshot of its own either way, and the driver then sends no BEGIN and ROLLBACK,
-        two of a recall's seven round trips. SQLite keeps its transaction: there it holds
-        one snapshot for every statement of the read.
+        two of a recall's seven round trips. (SQLite's driver begins none for reads.)
         """
         with store_errors(None, layer=LAYER, doing=doing):
             async with self.engine.connect() as conn:
