@@ -171,8 +171,8 @@ async def search(
         # beside the last ranking (below).
         async with contextlib.AsyncExitStack() as stack:
             conn = await stack.enter_async_context(parts.connect("searching memories"))
-            # The vectors first: their read opens the snapshot the rest reads from (see
-            # ``SemanticIndex.vectors``).
+            # The vectors first (``SemanticIndex.vectors``). On SQLite and PostgreSQL each
+            # statement reads a snapshot of its own (MariaDB's REPEATABLE READ keeps one).
             blocks = await semantic.vectors(conn, scope) if semantic is not None else []
             blocks_read.set_result(blocks)
             by_words: list[Row[Any]] = []

@@ -251,7 +251,7 @@ class SemanticIndex:
     async def vectors(self, conn: AsyncConnection, scope: str) -> list[Block]:
         """The scope's vectors, with the rows stored since they were cached.
 
-        Read them first in a search's transaction: a forget that commits after they are
+        Read them first in a search: a forget that commits after they are
         read then finds them in the cache and takes its vectors out, or finds them not
         yet put back and keeps them from being put back (``ScopeVectors``).
         """

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -105,7 +106,6 @@ async def test_the_connection_goes_back_while_the_loop_ranks_and_decodes(
     """The pool's rollback runs on SQLite's thread while the loop ranks and decodes what it
     returns: its hand-off there and back is off the recall's path."""
     from collections.abc import Callable
-    from typing import Any
 
     import aiosqlite
 
@@ -137,3 +137,42 @@ async def test_the_connection_goes_back_while_the_loop_ranks_and_decodes(
     assert len(found) == 3
     assert seen and all(s[-1] == "rollback" for s in seen)  # handed over, not yet back
     assert after[-2:] == ["rollback", "rollback done"]  # and back before the search returned
+
+
+async def test_reads_on_postgresql_run_outside_a_transaction(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Each statement reads its own snapshot at READ COMMITTED anyway: no BEGIN and no
+    ROLLBACK round trip around a recall's reads."""
+    import uuid
+
+    import memstack.memory.fulltext as fulltext
+    import memstack.memory.reading as reading
+
+    from ..conftest import POSTGRES_URL, require_service
+
+    require_service("PostgreSQL", POSTGRES_URL)
+    in_transaction: list[bool] = []
+
+    def watched(fetch: Any) -> Any:
+        async def fetch_all(conn: Any, *args: Any, **kwargs: Any) -> Any:
+            found = await fetch(conn, *args, **kwargs)
+            raw = await conn.get_raw_connection()
+            in_transaction.append(raw.driver_connection.is_in_transaction())
+            return found
+
+        return fetch_all
+
+    monkeypatch.setattr(fulltext, "fetch_all", watched(fulltext.fetch_all))
+    monkeypatch.setattr(reading, "fetch_all", watched(reading.fetch_all))
+    store = MemoryStore.from_url(POSTGRES_URL, embedder=HashingEmbedder())
+    scope = f"autocommit-{uuid.uuid4().hex[:8]}"
+    try:
+        await store.remember(scope, "Allergic to peanuts", kind="fact")
+        await store.remember(scope, "Lives in Lisbon near the river", kind="fact")
+        found = await store.recall(scope, "does she have a peanut allergy?")
+        assert found.memories[0].text == "Allergic to peanuts"
+    finally:
+        await store.forget(scope)
+        await store.close()
+    assert in_transaction and not any(in_transaction)
