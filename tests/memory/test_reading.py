@@ -176,3 +176,109 @@ async def test_reads_on_postgresql_run_outside_a_transaction(
         await store.forget(scope)
         await store.close()
     assert in_transaction and not any(in_transaction)
+
+
+# -- failures after the first statements: reported, and the connection goes back --------
+HIKES = [f"Ana went hiking with friend {n} near the lake at dawn" for n in range(12)]
+
+
+async def _hiking_store(tmp_path: Path, **options: object) -> MemoryStore:
+    store = MemoryStore.from_url(
+        f"sqlite:///{tmp_path / 'r.db'}",
+        embedder=HashingEmbedder(),
+        clock=lambda: 1_700_000_000.0,  # the same precedence in every search
+        **options,
+    )
+    await store.remember_many(
+        [replace(store.new_memory("ana", text), id=f"h{n:03d}") for n, text in enumerate(HIKES)]
+    )
+    await store.search("ana", "warm up", limit=3)
+    return store
+
+
+def _noting_statements(
+    monkeypatch: pytest.MonkeyPatch, handed: list[str], fail_expansion: bool = False
+) -> None:
+    """Note each call handed to aiosqlite's thread (the expansion's statement as
+    ``impacts``) and its return; with ``fail_expansion``, that statement fails there."""
+    import sqlite3
+    from collections.abc import Callable
+    from typing import Any
+
+    import aiosqlite
+
+    execute = aiosqlite.Connection._execute
+
+    async def noted(self: aiosqlite.Connection, fn: Callable[..., Any], *a: Any, **k: Any) -> Any:
+        sql = a[0] if a and isinstance(a[0], str) else ""
+        name = "impacts" if "memory_id IN" in sql and "term IN" in sql else fn.__name__
+        handed.append(name)
+        if name == "impacts" and fail_expansion:
+
+            def failing(*_: Any) -> Any:
+                raise sqlite3.OperationalError("disk I/O error")
+
+            fn = failing
+        result = await execute(self, fn, *a, **k)
+        handed.append(f"{name} done")
+        return result
+
+    monkeypatch.setattr(aiosqlite.Connection, "_execute", noted)
+
+
+async def test_a_failed_expansion_statement_is_reported_and_the_connection_goes_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from memstack.errors import BackendError
+
+    store = await _hiking_store(tmp_path)
+    handed: list[str] = []
+    _noting_statements(monkeypatch, handed, fail_expansion=True)
+    with pytest.raises(BackendError, match="disk I/O error"):
+        await store.search("ana", "hiking with a friend", limit=5)
+    assert store.engine.pool.checkedout() == 0  # type: ignore[attr-defined]
+    monkeypatch.undo()
+    assert len(await store.search("ana", "hiking with a friend", limit=5)) == 5
+    await store.close()
+
+
+async def test_a_failed_embedding_is_reported_and_the_connection_goes_back(
+    tmp_path: Path,
+) -> None:
+    store = await _hiking_store(tmp_path)
+    embedder = store.semantic.embedder  # type: ignore[union-attr]
+
+    class Broken(RuntimeError):
+        pass
+
+    def broken(texts: object) -> list[list[float]]:
+        raise Broken("no model")
+
+    embedder.embed = broken  # type: ignore[method-assign]
+    with pytest.raises(Broken):
+        await store.search("ana", "hiking with a friend", limit=5)
+    assert store.engine.pool.checkedout() == 0  # type: ignore[attr-defined]
+    await store.close()
+
+
+async def test_without_expansion_only_the_returned_memories_are_decoded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from memstack.memory.recall_policy import RecallPolicy
+
+    store = await _hiking_store(tmp_path, recall_policy=RecallPolicy(expansion=0))
+    handed: list[str] = []
+    _noting_statements(monkeypatch, handed)
+    opened: list[str] = []
+    decode = reading_module.memory_from_row
+
+    def counting(cipher: MemoryCipher, row: object) -> Memory:
+        memory = decode(cipher, row)  # type: ignore[arg-type]
+        opened.append(memory.id)
+        return memory
+
+    monkeypatch.setattr(reading_module, "memory_from_row", counting)
+    found = await store.search("ana", "hiking with a friend", limit=5)
+    await store.close()
+    assert "impacts" not in handed
+    assert sorted(opened) == sorted(memory.id for memory, _ in found)
