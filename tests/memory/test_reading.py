@@ -203,7 +203,6 @@ def _noting_statements(
     ``impacts``) and its return; with ``fail_expansion``, that statement fails there."""
     import sqlite3
     from collections.abc import Callable
-    from typing import Any
 
     import aiosqlite
 
