@@ -87,7 +87,7 @@ async def cmd_audit(args: argparse.Namespace) -> int:
             ],
         )
     )
-    print(f"{len(records)} records")
+    print(counted(len(records), "record"))
     return EXIT_OK
 
 
