@@ -213,8 +213,8 @@ async def _purge_by_store_time(args: argparse.Namespace) -> int:
     async with _using(recipe.open_store(args.session)) as store:
         purged = await purge_written_before(store, older_than=parse_duration(args.older_than))
     print(
-        f"purged {purged} rows older than {args.older_than} from session {args.session!r}"
-        " (store write times; no key used)"
+        f"purged {counted(purged, 'row')} older than {args.older_than} from session "
+        f"{args.session!r} (store write times; no key used)"
     )
     return EXIT_OK
 

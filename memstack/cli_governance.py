@@ -87,7 +87,7 @@ async def cmd_audit(args: argparse.Namespace) -> int:
             ],
         )
     )
-    print(f"{len(records)} records")
+    print(counted(len(records), "record"))
     return EXIT_OK
 
 
@@ -98,13 +98,15 @@ async def purge_all(args: argparse.Namespace) -> int:
     async with _jobs(args) as jobs:
         report = await jobs.purge_all(older_than=older_than)
     what = (
-        f"rows older than {args.older_than} (store write times; no key used)"
+        f"{counted(report.total, 'row')} older than {args.older_than} "
+        "(store write times; no key used)"
         if args.older_than
-        else "expired items"
+        else counted(report.total, "expired item")
     )
+    vault = counted(report.extra["vault_entries"], "vault entry", "vault entries")
     print(
-        f"purged {report.total} {what} from {counted(len(report.per_session), 'session')}; "
-        f"removed {report.extra['vault_entries']} vault entries of emptied sessions"
+        f"purged {what} from {counted(len(report.per_session), 'session')}; "
+        f"removed {vault} of emptied sessions"
     )
     return EXIT_OK
 

@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -331,6 +332,22 @@ def test_rotate_and_purge(recipe: Path, tmp_path: Path):
     )
     assert by_age.returncode == 0, by_age.stderr
     assert "no key used" in by_age.stdout
+
+
+def test_purge_by_age_counts_one_row_as_one_row(recipe: Path, tmp_path: Path):
+    one = tmp_path / "one.jsonl"
+    one.write_text(json.dumps({"role": "user", "content": "Hi"}) + "\n")
+    assert memstack("import", str(recipe), "--session", "u5", str(one)).returncode == 0
+    time.sleep(1.1)  # SQLite's write times are whole seconds: older than 0s is the one before
+    by_age = memstack("purge", str(recipe), "--session", "u5", "--older-than", "0s")
+    assert by_age.returncode == 0, by_age.stderr
+    assert by_age.stdout.startswith("purged 1 row older than 0s"), by_age.stdout
+    assert memstack("import", str(recipe), "--session", "u5", str(one)).returncode == 0
+    time.sleep(1.1)
+    every = memstack("purge", str(recipe), "--all", "--older-than", "0s")
+    assert every.returncode == 0, every.stderr
+    assert every.stdout.startswith("purged 1 row older than 0s"), every.stdout
+    assert "from 1 session;" in every.stdout
 
 
 def test_purge_without_a_ttl_layer_says_so(tmp_path: Path):

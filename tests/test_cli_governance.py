@@ -115,7 +115,7 @@ def test_sessions_forget_and_audit(filled: Path, tmp_path: Path) -> None:
     mine = memstack("audit", str(filled), "--user", "ann", env=ENV)
     assert "erase" in mine.stdout
     assert "items=8, sessions=2, user_keys=0, vault_entries=2" in mine.stdout
-    assert "1 records" in mine.stdout
+    assert mine.stdout.endswith("\n1 record\n"), mine.stdout
     assert "bob:t1" in memstack("export", str(filled), "--session", "bob:t1", env=ENV).stderr
 
 

@@ -16,6 +16,7 @@ naming the right ones rather than a SQLAlchemy dialect error.
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import random
 from collections.abc import AsyncIterator, Mapping
@@ -23,13 +24,14 @@ from contextlib import asynccontextmanager, suppress
 from typing import Any
 
 from sqlalchemy import Connection, Index, MetaData, event, insert, select, text
+from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, IntegrityError, ProgrammingError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 from sqlalchemy.pool import StaticPool
 
 import memstack.resources as resources
 from memstack.backends.engines import configure_engine, dialect_name, in_memory_sqlite
-from memstack.backends.translate import store_errors
+from memstack.backends.translate import store_errors, without_password
 from memstack.errors import ConfigurationError, DecryptionError
 from memstack.memory.cipher import PLAIN_KID, MemoryCipher
 from memstack.memory.schema import SCHEMA_VERSION, Tables, ranked_index
@@ -102,19 +104,29 @@ def open_engine(url: str, engine_kwargs: Mapping[str, Any] | None = None) -> Asy
     kwargs = dict(engine_kwargs or {})
     with store_errors(None, layer=_LAYER, doing="opening the memory store"):
         try:
+            _load_driver(target)
             if in_memory_sqlite(target):  # a database of its own, as each :memory: is
                 kwargs.setdefault("poolclass", StaticPool)
                 return create_async_engine(target, **kwargs)
             # The process's pool for this URL: the session store's too when they match.
             return resources.engine(target, **kwargs)
         except ArgumentError as exc:  # no such dialect or driver, a malformed URL or option
-            raise ConfigurationError(f"cannot open {url!r}: {exc}", layer=_LAYER) from exc
+            raise ConfigurationError(
+                f"cannot open {without_password(url)!r}: {exc}", layer=_LAYER
+            ) from exc
         except ImportError as exc:
             raise ConfigurationError(
                 f"cannot open {url.partition('://')[0]}:// URLs: {exc} (pip install "
                 "memstack[postgres] or memstack[mysql])",
                 layer=_LAYER,
             ) from exc
+
+
+@functools.lru_cache(maxsize=256)  # once per URL, not per store a request opens
+def _load_driver(target: str) -> None:
+    """Import ``target``'s dialect and driver now: the shared engine is made on first use,
+    where a missing one would surface as a raw ``ImportError`` from the first query."""
+    make_url(target).get_dialect().import_dbapi()
 
 
 def sqlite_settings(engine: AsyncEngine) -> None:

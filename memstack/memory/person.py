@@ -26,6 +26,12 @@ _KEPT = """can can't cannot could couldn't will won't would wouldn't shall shoul
     flew grew began broke chose forgot became built caught taught brought fell hurt put quit set
     let read cut hit held heard understood stood sat slept swam sang"""
 _UNCHANGED = frozenset(_KEPT.split())
+# Present tenses that end like a past one ("I need" is not "I walked").
+_PRESENT_ED = frozenset(
+    {"need", "feed", "bleed", "breed", "speed", "succeed", "proceed", "exceed", "heed", "embed"}
+)
+# Words after "I" that are not its verb: "I and Ana love Rome".
+_NOT_VERBS = frozenset({"and", "or", "nor", "but"})
 _IRREGULAR = {
     "am": "is",
     "'m": "is",
@@ -54,7 +60,7 @@ def _verb(word: str) -> str:
     lower = word.lower().replace("’", "'")
     if lower in _IRREGULAR:
         return _IRREGULAR[lower]
-    if lower in _UNCHANGED or lower.endswith("ed") or "'" in lower:
+    if lower in _UNCHANGED or (lower.endswith("ed") and lower not in _PRESENT_ED) or "'" in lower:
         return word
     if lower.endswith(("s", "sh", "ch", "x", "z", "o")):
         return word + "es"
@@ -69,6 +75,8 @@ def _subject(match: re.Match[str]) -> str:
         contracted = match["contracted"].lower().replace("’", "'")
         return f"the user {_IRREGULAR[contracted]}{adverb}"
     verb = match["verb"]
+    if verb and verb.lower() in _NOT_VERBS:
+        return f"the user{adverb} {verb}"
     return f"the user{adverb}" + (f" {_verb(verb)}" if verb else "")
 
 

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
+import pytest
 from sqlalchemy import text
 
+from memstack.errors import ConfigurationError
 from memstack.memory import MemoryStore
 from memstack.memory.database import MMAP_BYTES
 
@@ -21,3 +24,16 @@ async def test_sqlite_connections_zero_deleted_pages_and_map_the_file(tmp_path: 
     # Recall's statements read index pages at random: through a map, not a read() each
     # (benchmarks/README.md, "Recall's statements through a memory map").
     assert mapped == MMAP_BYTES == 1 << 30
+
+
+def test_an_unloadable_dialect_or_driver_is_refused_when_the_store_opens(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The shared engine is made on first use, per loop: without a check at from_url, a
+    # missing driver was a raw ImportError at the first query (exit 1 from the CLI).
+    with pytest.raises(ConfigurationError, match="Can't load plugin") as refused:
+        MemoryStore.from_url("postgresql+nosuchdriver://app:secret@db/app")
+    assert "secret" not in str(refused.value)
+    monkeypatch.setitem(sys.modules, "asyncpg", None)  # as without the [postgres] extra
+    with pytest.raises(ConfigurationError, match=r"pip install memstack\[postgres\]"):
+        MemoryStore.from_url("postgresql://app@db/driverless")  # a URL no test loaded

@@ -54,6 +54,11 @@ def test_rule_extractor_finds_names_preferences_requests_and_corrections() -> No
         ),
         ("I love my garden", "The user loves the user's garden"),
         ("Remember that Ibiza is where I grew up", "Ibiza is where the user grew up"),
+        # A present tense ending in "ed" is not a past one; "and" after "I" is no verb.
+        ("Remember that I need a gluten-free menu", "The user needs a gluten-free menu"),
+        ("remember that I feed the cat at 7", "The user feeds the cat at 7"),
+        ("Remember that I agreed to host", "The user agreed to host"),
+        ("Remember that I and Ana love Rome", "The user and Ana love Rome"),
     ],
 )
 def test_rule_extractor_stores_the_users_words_in_the_third_person(said: str, stored: str) -> None:

@@ -143,6 +143,7 @@ def test_cli_forgets_a_user_and_a_scope_without_the_memory_key(tmp_path: Path) -
         ),
         ('table_prefix = "x"', "url is required"),
         ('url = "sqlite:///m.db"\nmax_memory_tokens = 0', "max_memory_tokens must be None or"),
+        ('url = "postgresql+nosuchdriver://x/y"', "Can't load plugin"),
     ],
 )
 @pytest.mark.parametrize("resolve", [False, True])
