@@ -149,9 +149,32 @@ class Recipe:
         }
         url = options.pop("url")
         try:
-            return MemoryStore.from_url(url, **options)
+            store = MemoryStore.from_url(url, **options)
         except ConfigurationError as exc:
             raise RecipeError(f"{self.source}: [memory]: {exc}") from exc
+        if keys and "max_memory_tokens" not in options:
+            self._fit_memories(store)
+        return store
+
+    def _fit_memories(self, store: Any) -> None:
+        """Cap the memories ``store`` accepts at what every memory layer here can inject.
+
+        A memory longer than a layer's block would be stored and searched but never shown
+        to the model; refused, the caller learns it (``README``, "Sizes"). The store's own
+        default (1,000 tokens) stays the cap when the blocks are bigger.
+        """
+        from memstack.layers.memory import DEFAULT_MAX_TOKENS
+        from memstack.memory.ranking import HEADER, longest_injectable
+
+        fits = [
+            longest_injectable(budget, header, store.count_tokens)
+            for spec in self.layers
+            if spec.layer == "memory"
+            and isinstance(budget := spec.options.get("max_tokens", DEFAULT_MAX_TOKENS), int)
+            and isinstance(header := spec.options.get("header", HEADER), str)
+        ]  # options of other types: the layer refuses them when it is built
+        if fits and (store.max_memory_tokens is None or min(fits) < store.max_memory_tokens):
+            store.max_memory_tokens = min(fits)
 
     def user_sessions(self) -> UserSessions:
         """The ``[governance] user_sessions`` pattern (default ``"{user}:{thread}"``)."""

@@ -66,6 +66,10 @@ def latest_user_text(*histories: Sequence[Mapping[str, Any]]) -> str:
     return ""
 
 
+# The block's budget when none is given, in tokens.
+DEFAULT_MAX_TOKENS = 500
+
+
 class MemorySession(SessionLayer):
     """Pins what is remembered about ``scope`` at the head of ``get_items()``."""
 
@@ -78,7 +82,7 @@ class MemorySession(SessionLayer):
         *,
         store: MemoryStore,
         scope: str | None = None,
-        max_tokens: int = 500,
+        max_tokens: int = DEFAULT_MAX_TOKENS,
         header: str = HEADER,
     ) -> None:
         super().__init__(inner)

@@ -31,6 +31,7 @@ __all__ = [
     "CachedCount",
     "Packed",
     "Ranked",
+    "longest_injectable",
     "pack",
     "precedence",
     "precedence_order",
@@ -173,6 +174,18 @@ class CachedCount:
                 self._cache.clear()
             cached = self._cache[text] = self.count(text)
         return cached
+
+
+# What a block adds around one memory's text besides its header, in tokens, at most: the
+# line's "- " and qualifiers ("(inferred, not re-verified)"), a day's heading, the newlines.
+LINE_OVERHEAD = 20
+
+
+def longest_injectable(max_tokens: int, header: str, count: Callable[[str], int]) -> int:
+    """The most tokens a memory's text may have for a block of ``max_tokens`` under
+    ``header`` to hold it (``pack`` never splits a memory)."""
+    used = count(header) + 1 if header else 0
+    return max(1, max_tokens - used - LINE_OVERHEAD)
 
 
 @dataclass(frozen=True, slots=True)

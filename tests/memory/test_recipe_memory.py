@@ -168,3 +168,53 @@ def test_cli_prints_no_model_loader_progress_bars(tmp_path: Path) -> None:
     assert found.returncode == 0, found.stderr
     assert "Miso" in found.stdout
     assert found.stderr == "\n1 memory, 22 tokens\n"  # no bar, nothing else
+
+
+# -- a memory the recipe's memory layer could never inject is refused -------------------------
+def _tokens_of(count: int) -> str:
+    """A text of exactly ``count`` o200k tokens."""
+    from memstack.tokens import TokenCounter
+
+    text = "apple" + " apple" * (count - 1)
+    assert TokenCounter().count_text(text) == count
+    return text
+
+
+async def test_the_recipe_refuses_memories_its_memory_layer_could_never_inject(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its memory layer injects 600 tokens; a memory that fits the store's default cap
+    (1,000) but not that block would be stored, searched and never seen (issue 23)."""
+    from memstack.errors import MemoryTooLargeError
+
+    monkeypatch.setenv("ASSISTANT_KEY", KEY)
+    path = assistant(tmp_path)
+    store = load_recipe(path).open_memory()
+    try:
+        longest = store.max_memory_tokens
+        assert longest is not None and 500 < longest < 600
+        with pytest.raises(MemoryTooLargeError, match="max_memory_tokens"):
+            await store.remember("bob", _tokens_of(longest + 1), kind="fact")
+        # The longest accepted, dated and qualified (the most a line adds), is injected.
+        await store.remember(
+            "bob", _tokens_of(longest), kind="fact", source="inferred", valid_from=1.7e9
+        )
+    finally:
+        await store.close()
+    session = from_recipe(path, session_id="bob:t1")
+    await session.add_items([{"role": "user", "content": "apple?"}])
+    [block, _] = await session.get_items()
+    assert block["role"] == "developer" and _tokens_of(longest) in block["content"]
+
+
+async def test_an_explicit_max_memory_tokens_is_kept(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ASSISTANT_KEY", KEY)
+    path = assistant(tmp_path)
+    path.write_text(path.read_text().replace("[memory]\n", "[memory]\nmax_memory_tokens = 900\n"))
+    store = load_recipe(path).open_memory()
+    try:
+        assert store.max_memory_tokens == 900
+    finally:
+        await store.close()
