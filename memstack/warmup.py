@@ -4,7 +4,7 @@
     >>> asyncio.run(memstack.warm_up())   # the default tokeniser's vocabulary
 
 A new process reads its first session far slower than the next: it builds the tokeniser
-(about 0.6 s of CPU for o200k), and imports and builds what the layers use on first use.
+(about 0.25 s of CPU for o200k), and imports and builds what the layers use on first use.
 A server calls ``await memstack.warm_up(recipe)`` in its lifespan's startup, and its first
 request then reads like the rest.
 """
