@@ -21,12 +21,13 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
+from memstack.errors import ConfigurationError
 from memstack.loops import PerLoop
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Engine
 
-__all__ = ["LoopEngine", "configure_engine", "dialect_name", "in_memory_sqlite"]
+__all__ = ["LoopEngine", "check_async", "configure_engine", "dialect_name", "in_memory_sqlite"]
 
 
 class LoopEngine(AsyncEngine):
@@ -102,6 +103,28 @@ def configure_engine(engine: AsyncEngine, setup: Callable[[AsyncEngine], None]) 
         engine.configure(setup)
     else:
         setup(engine)
+
+
+def check_async(url: str, *, layer: str | None = None) -> None:
+    """Refuse ``url`` when its driver is not async (``sqlite+pysqlite://``), naming the
+    fix: the stores run on asyncio engines, and SQLAlchemy's own error at the first query
+    names neither the URL nor what to write instead. The dialect must load."""
+    parsed = make_url(url)
+    dialect = parsed.get_dialect()
+    if not dialect.get_async_dialect_cls(parsed).is_async:
+        raise ConfigurationError(
+            f"the {dialect.driver} driver is not async; use {dialect.name}:// (memstack "
+            f"picks an async driver) or name one (e.g. {_ASYNC_DRIVERS.get(dialect.name, 'its')})",
+            layer=layer,
+        )
+
+
+_ASYNC_DRIVERS = {
+    "sqlite": "sqlite+aiosqlite",
+    "postgresql": "postgresql+asyncpg",
+    "mysql": "mysql+aiomysql",
+    "mariadb": "mariadb+aiomysql",
+}
 
 
 @functools.lru_cache(maxsize=256)  # asked per store opened: a stack is built per request

@@ -138,6 +138,8 @@ def _sqlalchemy_url(url: str, scheme: str) -> str:
     from sqlalchemy.engine import make_url
     from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 
+    from memstack.backends.engines import check_async
+
     url = _DEFAULT_DRIVERS.get(scheme, scheme) + url[len(scheme) :]
     try:
         make_url(url).get_dialect()  # the dialect's module only: no driver, no connection
@@ -145,6 +147,7 @@ def _sqlalchemy_url(url: str, scheme: str) -> str:
         raise ConfigurationError(f"no backend loads {scheme}:// URLs (known: {_KNOWN})") from exc
     except (ArgumentError, ValueError) as exc:  # unparsable, a port that is not a number
         raise ConfigurationError(f"{without_password(url)!r}: {exc}") from exc
+    check_async(url)
     return url
 
 

@@ -30,7 +30,12 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_en
 from sqlalchemy.pool import StaticPool
 
 import memstack.resources as resources
-from memstack.backends.engines import configure_engine, dialect_name, in_memory_sqlite
+from memstack.backends.engines import (
+    check_async,
+    configure_engine,
+    dialect_name,
+    in_memory_sqlite,
+)
 from memstack.backends.translate import store_errors, without_password
 from memstack.errors import ConfigurationError, DecryptionError
 from memstack.memory.cipher import PLAIN_KID, MemoryCipher
@@ -126,6 +131,7 @@ def open_engine(url: str, engine_kwargs: Mapping[str, Any] | None = None) -> Asy
 def _load_driver(target: str) -> None:
     """Import ``target``'s dialect and driver now: the shared engine is made on first use,
     where a missing one would surface as a raw ``ImportError`` from the first query."""
+    check_async(target, layer=_LAYER)
     make_url(target).get_dialect().import_dbapi()
 
 

@@ -58,6 +58,8 @@ async def test_mariadb_tables_are_created_with_lengths():
         ("nosuchdb+nodriver://x", "no backend loads nosuchdb\\+nodriver:// URLs"),
         ("foo://x", r"no backend loads foo:// URLs \(known: sqlite, aiosqlite, redis, "),
         ("postgresql+nodriver://x", "no backend loads postgresql\\+nodriver:// URLs"),
+        ("sqlite+pysqlite:///x.db", r"pysqlite driver is not async; use sqlite://"),
+        ("postgresql+psycopg2://db/x", r"psycopg2 driver is not async; use postgresql://"),
     ],
 )
 def test_bad_urls(url: str, message: str):

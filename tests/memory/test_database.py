@@ -34,6 +34,8 @@ def test_an_unloadable_dialect_or_driver_is_refused_when_the_store_opens(
     with pytest.raises(ConfigurationError, match="Can't load plugin") as refused:
         MemoryStore.from_url("postgresql+nosuchdriver://app:secret@db/app")
     assert "secret" not in str(refused.value)
+    with pytest.raises(ConfigurationError, match="pysqlite driver is not async; use sqlite://"):
+        MemoryStore.from_url("sqlite+pysqlite:///never.db")  # was a raw InvalidRequestError
     monkeypatch.setitem(sys.modules, "asyncpg", None)  # as without the [postgres] extra
     with pytest.raises(ConfigurationError, match=r"pip install memstack\[postgres\]"):
         MemoryStore.from_url("postgresql://app@db/driverless")  # a URL no test loaded
