@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -179,6 +180,9 @@ def test_rotate_all_and_purge_all(filled: Path, tmp_path: Path) -> None:
     purged = memstack("purge", str(only_new), "--all", env=ENV)
     assert purged.returncode == 0, purged.stderr
     assert "purged 0 expired items from 3 sessions" in purged.stdout
+    # SQLite stamps rows in whole seconds: one written in this second is not older than 0s
+    # yet (the rotation rewrote them all moments ago; seen failing under load).
+    time.sleep(1.05 - time.time() % 1)
     by_age = memstack(
         "purge", str(only_new), "--all", "--older-than", "0s", env={**ENV, "MEMSTACK_NEW_KEY": ""}
     )
