@@ -37,6 +37,20 @@ def test_the_text_read_without_decoding_is_the_decoded_text_or_none(text: str) -
     assert _plain_text(sealed["payload"]) is None  # a sealed payload is always opened
 
 
+def _noting_decodes(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The ids of the memories a search decodes, in order."""
+    opened: list[str] = []
+    decode = reading_module.memory_from_row
+
+    def counting(cipher: MemoryCipher, row: object) -> Memory:
+        memory = decode(cipher, row)  # type: ignore[arg-type]
+        opened.append(memory.id)
+        return memory
+
+    monkeypatch.setattr(reading_module, "memory_from_row", counting)
+    return opened
+
+
 async def test_only_the_returned_memories_are_decoded(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -54,15 +68,7 @@ async def test_only_the_returned_memories_are_decoded(
             for n in range(5)
         ]
     )
-    opened: list[str] = []
-    decode = reading_module.memory_from_row
-
-    def counting(cipher: MemoryCipher, row: object) -> Memory:
-        memory = decode(cipher, row)  # type: ignore[arg-type]
-        opened.append(memory.id)
-        return memory
-
-    monkeypatch.setattr(reading_module, "memory_from_row", counting)
+    opened = _noting_decodes(monkeypatch)
     found = await store.search("ana", "hiking with a friend", limit=5)
     assert len(found) == 5
     assert set(opened) == {memory.id for memory, _ in found}  # not the other 35 candidates
@@ -268,15 +274,7 @@ async def test_without_expansion_only_the_returned_memories_are_decoded(
     store = await _hiking_store(tmp_path, recall_policy=RecallPolicy(expansion=0))
     handed: list[str] = []
     _noting_statements(monkeypatch, handed)
-    opened: list[str] = []
-    decode = reading_module.memory_from_row
-
-    def counting(cipher: MemoryCipher, row: object) -> Memory:
-        memory = decode(cipher, row)  # type: ignore[arg-type]
-        opened.append(memory.id)
-        return memory
-
-    monkeypatch.setattr(reading_module, "memory_from_row", counting)
+    opened = _noting_decodes(monkeypatch)
     found = await store.search("ana", "hiking with a friend", limit=5)
     await store.close()
     assert "impacts" not in handed
