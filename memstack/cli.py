@@ -20,7 +20,7 @@ import sys
 from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any, TypeGuard
+from typing import TYPE_CHECKING, Any, TypeGuard
 
 from agents.memory import Session
 
@@ -34,11 +34,15 @@ from memstack.errors import (
     ConfigurationError,
     ItemValidationError,
     MemstackError,
+    MissingDriverError,
     UnknownUserError,
 )
 from memstack.formats import written_by
 from memstack.history import item_type, read_only, stored_history, validate_items
 from memstack.progress import progress_bar
+
+if TYPE_CHECKING:
+    from memstack.recipes import Recipe
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED, EXIT_CLOSED_PIPE = 0, 1, 2, 130, 141
 _IMPORT_BATCH = 500
@@ -92,6 +96,7 @@ async def cmd_validate(args: argparse.Namespace) -> int:
     unresolved = recipe.validate(resolve=args.resolve)
     if not args.resolve:
         _warn_of_an_unloadable_scheme(recipe.url)
+        _warn_of_a_missing_memory_driver(recipe)
     session = args.session or recipe.sample_session_id()
     scope = recipe.memory_scope(session)  # a session id naming no user fails here
     print(f"ok: {recipe.source}")
@@ -114,6 +119,22 @@ def _warn_of_an_unloadable_scheme(url: str) -> None:
         check_url(url)
     except ConfigurationError as exc:
         print(f"warning: [backend]: {exc} (an error with --resolve)", file=sys.stderr)
+
+
+def _warn_of_a_missing_memory_driver(recipe: Recipe) -> None:
+    """Without ``--resolve`` a ``[memory]`` driver this machine lacks passes, as a
+    ``[backend]`` one does: CI need not install every production driver."""
+    from memstack.memory.database import load_driver
+
+    if not recipe.memory:
+        return
+    try:
+        load_driver(recipe.memory["url"])
+    except MissingDriverError as exc:
+        print(
+            f"warning: {recipe.source}: [memory]: {exc} (an error with --resolve)",
+            file=sys.stderr,
+        )
 
 
 @asynccontextmanager

@@ -7,7 +7,8 @@ Every failure memstack can report derives from one root, so applications can cat
     ├── ConfigurationError        bad option, unknown layer, wrong argument   (also ValueError)
     │   ├── RecipeError           a recipe file or mapping that does not validate
     │   ├── VocabularyError       a tokenizer vocabulary missing or failing its hash
-    │   └── MemoryTooLargeError   a memory longer than the store's max_memory_tokens
+    │   ├── MemoryTooLargeError   a memory longer than the store's max_memory_tokens
+    │   └── MissingDriverError    a memory store URL's dialect or driver not installed here
     ├── ItemValidationError       an item that is not a JSON-serialisable dict (also TypeError)
     ├── BackendError              the store failed or is unreachable
     │   ├── CapabilityError       the store cannot do an operation (atomically)
@@ -40,6 +41,7 @@ __all__ = [
     "ItemValidationError",
     "MemoryTooLargeError",
     "MemstackError",
+    "MissingDriverError",
     "RecipeError",
     "StoredItemError",
     "SummarizerError",
@@ -82,6 +84,14 @@ class MemoryTooLargeError(ConfigurationError):
         super().__init__(message, layer=layer)
         self.tokens = tokens
         self.limit = limit
+
+
+class MissingDriverError(ConfigurationError):
+    """A store URL whose dialect or driver is not installed on this machine.
+
+    Its own type because another machine may have it: ``memstack validate`` without
+    ``--resolve`` only warns of it, as CI need not install every production driver.
+    """
 
 
 class RecipeError(ConfigurationError):

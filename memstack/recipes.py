@@ -37,7 +37,7 @@ from agents.memory import Session
 import memstack.cache as cache
 from memstack.backends import open_backend
 from memstack.durations import parse_duration
-from memstack.errors import ConfigurationError, RecipeError
+from memstack.errors import ConfigurationError, MissingDriverError, RecipeError
 from memstack.stack import LAYERS, LayerSpec, build_stack, check_options, resolve_layer
 
 if TYPE_CHECKING:
@@ -102,7 +102,8 @@ class Recipe:
         Secrets are not needed: each reference is checked for form (a provider must be
         importable) and a generated stand-in takes its place, so CI can check a recipe
         without production secrets. ``resolve=True`` reads them as ``build`` would, and
-        checks that a backend loads the store URL's scheme (connecting nowhere).
+        checks that a backend loads the store URL's scheme and that the ``[memory]`` URL's
+        driver is installed (connecting nowhere).
         Returns the references left unresolved, as ``"layers[1] (encrypted).key: env:X"``.
         """
         from memstack.backends.open import check_url
@@ -114,6 +115,7 @@ class Recipe:
                 check_url(self.url)
             except ConfigurationError as exc:
                 raise RecipeError(f"{self.source}: [backend]: {exc}") from exc
+            self._check_memory_driver()
         self._stack_over(InMemorySession(self.sample_session_id()), resolve=resolve)
         if resolve:
             return []
@@ -129,12 +131,26 @@ class Recipe:
             for field, value in _references(options)
         ]
 
+    def _check_memory_driver(self) -> None:
+        """The ``[memory]`` URL's driver loads here, memory layer or not (``forget`` and
+        ``memstack memory`` open the store too)."""
+        if not self.memory:
+            return
+        from memstack.memory.database import load_driver
+
+        try:
+            load_driver(self.memory["url"])
+        except ConfigurationError as exc:
+            raise RecipeError(f"{self.source}: [memory]: {exc}") from exc
+
     def open_memory(self, *, resolve: bool = True, keys: bool = True) -> Any:
         """The ``MemoryStore`` of the ``[memory]`` table (secrets resolved now).
 
         ``keys=False`` opens it without its key or keyring, reading no secret: enough to
         forget a whole scope or one memory by id (a retention job, ``forget --user``),
         which match on plain columns; searching, reading or writing needs the key.
+        ``resolve=False`` (``validate``) puts stand-ins for what this machine cannot give:
+        secrets, and an in-memory store for a URL whose driver is not installed here.
         """
         from memstack.memory import MemoryStore
 
@@ -150,6 +166,14 @@ class Recipe:
         url = options.pop("url")
         try:
             store = MemoryStore.from_url(url, **options)
+        except MissingDriverError as exc:
+            if resolve:
+                raise RecipeError(f"{self.source}: [memory]: {exc}") from exc
+            # Checking only (``validate``, which warns of it): another machine may have the
+            # driver, so the layers are checked over an in-memory stand-in, as over the
+            # generated stand-ins of secrets. Its engine options are that driver's.
+            options.pop("engine_kwargs", None)
+            store = MemoryStore.from_url("sqlite://:memory:", **options)
         except ConfigurationError as exc:
             raise RecipeError(f"{self.source}: [memory]: {exc}") from exc
         if keys and "max_memory_tokens" not in options:

@@ -25,7 +25,13 @@ from typing import Any
 
 from sqlalchemy import Connection, Index, MetaData, event, insert, select, text
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import ArgumentError, DBAPIError, IntegrityError, ProgrammingError
+from sqlalchemy.exc import (
+    ArgumentError,
+    DBAPIError,
+    IntegrityError,
+    NoSuchModuleError,
+    ProgrammingError,
+)
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 from sqlalchemy.pool import StaticPool
 
@@ -37,7 +43,7 @@ from memstack.backends.engines import (
     in_memory_sqlite,
 )
 from memstack.backends.translate import store_errors, without_password
-from memstack.errors import ConfigurationError, DecryptionError
+from memstack.errors import ConfigurationError, DecryptionError, MissingDriverError
 from memstack.memory.cipher import PLAIN_KID, MemoryCipher
 from memstack.memory.schema import SCHEMA_VERSION, Tables, ranked_index
 
@@ -45,6 +51,7 @@ __all__ = [
     "check_keys",
     "check_scope_keys",
     "engine_url",
+    "load_driver",
     "open_engine",
     "prepare",
     "sqlite_settings",
@@ -107,20 +114,40 @@ def open_engine(url: str, engine_kwargs: Mapping[str, Any] | None = None) -> Asy
     """
     target = engine_url(url)
     kwargs = dict(engine_kwargs or {})
+    load_driver(url)
     with store_errors(None, layer=_LAYER, doing="opening the memory store"):
         try:
-            _load_driver(target)
             if in_memory_sqlite(target):  # a database of its own, as each :memory: is
                 kwargs.setdefault("poolclass", StaticPool)
                 return create_async_engine(target, **kwargs)
             # The process's pool for this URL: the session store's too when they match.
             return resources.engine(target, **kwargs)
-        except ArgumentError as exc:  # no such dialect or driver, a malformed URL or option
+        except ArgumentError as exc:  # a malformed engine option
+            raise ConfigurationError(
+                f"cannot open {without_password(url)!r}: {exc}", layer=_LAYER
+            ) from exc
+
+
+def load_driver(url: str) -> None:
+    """Import ``url``'s dialect and driver now, as opening the store does.
+
+    ``MissingDriverError`` when this machine lacks one (another may have it);
+    ``ConfigurationError`` for a URL no machine could open.
+    """
+    target = engine_url(url)
+    with store_errors(None, layer=_LAYER, doing="opening the memory store"):
+        try:
+            _load_driver(target)
+        except NoSuchModuleError as exc:  # a dialect or driver plugin not installed here
+            raise MissingDriverError(
+                f"cannot open {without_password(url)!r}: {exc}", layer=_LAYER
+            ) from exc
+        except ArgumentError as exc:  # a malformed URL
             raise ConfigurationError(
                 f"cannot open {without_password(url)!r}: {exc}", layer=_LAYER
             ) from exc
         except ImportError as exc:
-            raise ConfigurationError(
+            raise MissingDriverError(
                 f"cannot open {url.partition('://')[0]}:// URLs: {exc} (pip install "
                 "memstack[postgres] or memstack[mysql])",
                 layer=_LAYER,

@@ -85,7 +85,8 @@ _RULES: tuple[tuple[re.Pattern[str], str, str, str | None, str], ...] = tuple(
     (re.compile(pattern, re.IGNORECASE), kind, source, key, template)
     for pattern, kind, source, key, template in (
         (
-            r"\b(?:please\s+)?(?:remember|note|don't forget)\s+(?:that\s+)?(?P<x>.+?)" + _END,
+            r"\b(?:please\s+)?(?:remember|note|don't forget)(?:\s*:\s*|\s+)(?:that\s+)?"
+            r"(?P<x>.+?)" + _END,
             "note",
             "explicit",
             None,
@@ -104,6 +105,13 @@ _RULES: tuple[tuple[re.Pattern[str], str, str, str | None, str], ...] = tuple(
             "explicit",
             "name",
             "The user wants to be called {x}",
+        ),
+        (
+            r"\bmy (?P<x>favou?rite [\w' -]+? (?:is|are) .+?)" + _END,
+            "preference",
+            "explicit",
+            None,
+            "The user's {x}",
         ),
         (
             r"\bI (?:live in|am from|'m from) (?P<x>[\w' ,-]+?)" + _END,

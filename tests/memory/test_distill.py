@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -59,11 +60,52 @@ def test_rule_extractor_finds_names_preferences_requests_and_corrections() -> No
         ("remember that I feed the cat at 7", "The user feeds the cat at 7"),
         ("Remember that I agreed to host", "The user agreed to host"),
         ("Remember that I and Ana love Rome", "The user and Ana love Rome"),
+        ("remember: I'm left-handed", "The user is left-handed"),
+        ("Note: my train leaves at 6", "The user's train leaves at 6"),
+        ("Remember: that I'm tall", "The user is tall"),
     ],
 )
 def test_rule_extractor_stores_the_users_words_in_the_third_person(said: str, stored: str) -> None:
     found = RuleExtractor().extract_sync([{"role": "user", "content": said}])
     assert found[0].text == stored
+
+
+@pytest.mark.parametrize(
+    ("said", "stored"),
+    [
+        ("My favourite colour is blue.", "The user's favourite colour is blue"),
+        ("my favorite food is sushi and I cook it", "The user's favorite food is sushi"),
+        (
+            "My favourite films are the ones I saw as a kid",
+            ("The user's favourite films are the ones the user saw as a kid"),
+        ),
+    ],
+)
+def test_rule_extractor_keeps_a_favourite_as_a_preference(said: str, stored: str) -> None:
+    found = RuleExtractor().extract_sync([{"role": "user", "content": said}])
+    assert [(c.text, c.kind, c.source) for c in found][:1] == [(stored, "preference", "explicit")]
+
+
+@pytest.mark.parametrize(
+    "said",
+    [
+        "Remember that we are going to Rome with my sister.",
+        "remember: we and I share my car",
+        "Note that my boss and I think we need a break",
+        "Actually, we moved because I got a job and my wife likes the sea",
+        "My favourite place is where we met, I think",
+        "I love how we cook; I live in Porto; call me Bo",
+        "No, we said I'd bring my own",
+        "I'm allergic to what my mother cooks and I hate that we eat it",
+    ],
+)
+def test_a_memory_the_rules_store_never_speaks_as_the_user(said: str) -> None:
+    """ "We" is left as it is (whom it includes is unclear), but "I", "me" and "my" in a
+    memory would read, in the model's instructions, as the model speaking."""
+    found = RuleExtractor().extract_sync([{"role": "user", "content": said}])
+    assert found
+    for candidate in found:
+        assert not re.search(r"\b(?:I|me|my|mine|myself)\b", candidate.text, re.I), candidate
 
 
 async def test_llm_extractor_with_structured_output() -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -143,7 +144,7 @@ def test_cli_forgets_a_user_and_a_scope_without_the_memory_key(tmp_path: Path) -
         ),
         ('table_prefix = "x"', "url is required"),
         ('url = "sqlite:///m.db"\nmax_memory_tokens = 0', "max_memory_tokens must be None or"),
-        ('url = "postgresql+nosuchdriver://x/y"', "Can't load plugin"),
+        ('url = "sqlite+pysqlite:///m.db"', "pysqlite driver is not async"),
     ],
 )
 @pytest.mark.parametrize("resolve", [False, True])
@@ -158,6 +159,62 @@ def test_memory_table_errors(tmp_path: Path, table: str, message: str, resolve: 
     assert result.stderr.count("\n") == 1, result.stderr
     assert result.stderr.startswith(f"memstack: error: {path}: [memory]: "), result.stderr
     assert message in result.stderr
+
+
+def _memory_recipe(tmp_path: Path, url: str, *, layer: bool = True) -> Path:
+    path = tmp_path / "r.toml"
+    path.write_text(
+        f'[backend]\nurl = "sqlite:///{tmp_path / "c.db"}"\n\n[memory]\nurl = "{url}"\n\n'
+        + ('[[layers]]\nlayer = "memory"\n' if layer else "")
+    )
+    return path
+
+
+def test_validate_warns_of_a_memory_driver_this_machine_lacks(tmp_path: Path) -> None:
+    """A CI machine without the [postgres] extra validates a PostgreSQL memory recipe with a
+    warning, as it does a [backend] URL it cannot load; ``--resolve`` makes it the error."""
+    shim = tmp_path / "shim"  # asyncpg unimportable in a fresh interpreter, as if not installed
+    shim.mkdir()
+    (shim / "asyncpg.py").write_text("raise ImportError('No module named asyncpg')\n")
+    path = _memory_recipe(tmp_path, "postgresql://app@127.0.0.1:1/test")
+    above = os.environ.get("PYTHONPATH")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(shim), above]))}
+
+    def validate(*args: str) -> subprocess.CompletedProcess[str]:
+        command = [sys.executable, "-m", "memstack", "validate", str(path), *args]
+        return subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+
+    formed = validate()
+    assert formed.returncode == 0, formed.stderr
+    assert f"ok: {path}" in formed.stdout
+    assert formed.stderr == (
+        f"warning: {path}: [memory]: MemoryStore: cannot open postgresql:// URLs: No module "
+        "named asyncpg (pip install memstack[postgres] or memstack[mysql]) "
+        "(an error with --resolve)\n"
+    )
+    resolved = validate("--resolve")
+    assert resolved.returncode == 2, resolved
+    assert resolved.stderr == (
+        f"memstack: error: {path}: [memory]: MemoryStore: cannot open postgresql:// URLs: "
+        "No module named asyncpg (pip install memstack[postgres] or memstack[mysql])\n"
+    )
+
+
+@pytest.mark.parametrize("layer", [True, False], ids=["memory-layer", "forget-only"])
+def test_validate_warns_of_a_memory_driver_plugin_this_machine_lacks(
+    tmp_path: Path, layer: bool
+) -> None:
+    # Without a memory layer the table still serves `forget` and `memstack memory`.
+    path = _memory_recipe(tmp_path, "postgresql+nosuchdriver://x/y", layer=layer)
+    formed = memstack("validate", str(path))
+    assert formed.returncode == 0, formed.stderr
+    assert formed.stderr.count("\n") == 1, formed.stderr
+    assert formed.stderr.startswith(f"warning: {path}: [memory]: "), formed.stderr
+    assert "Can't load plugin" in formed.stderr and "(an error with --resolve)" in formed.stderr
+    resolved = memstack("validate", str(path), "--resolve")
+    assert resolved.returncode == 2, resolved
+    assert resolved.stderr.startswith(f"memstack: error: {path}: [memory]: "), resolved.stderr
+    assert "Can't load plugin" in resolved.stderr
 
 
 # -- the CLI's output is its own --------------------------------------------------------------
