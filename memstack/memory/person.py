@@ -24,7 +24,9 @@ _KEPT = """can can't cannot could couldn't will won't would wouldn't shall shoul
     might must mustn't did didn't was wasn't had went got made bought saw took came gave found
     left met ran said told thought knew felt kept lost paid sold sent spent won wrote ate drove
     flew grew began broke chose forgot became built caught taught brought fell hurt put quit set
-    let read cut hit held heard understood stood sat slept swam sang"""
+    let read cut hit held heard understood stood sat slept swam sang meant dealt dreamt learnt
+    burnt spelt lent bent lit shot fought sought threw drew wore tore rode rose spoke woke froze
+    stole hid bit shook hung rang sank struck stuck swore swung dug spun slid fled forgave"""
 _UNCHANGED = frozenset(_KEPT.split())
 # Present tenses that end like a past one ("I need" is not "I walked").
 _PRESENT_ED = frozenset(

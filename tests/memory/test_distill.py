@@ -63,6 +63,9 @@ def test_rule_extractor_finds_names_preferences_requests_and_corrections() -> No
         ("remember: I'm left-handed", "The user is left-handed"),
         ("Note: my train leaves at 6", "The user's train leaves at 6"),
         ("Remember: that I'm tall", "The user is tall"),
+        # Irregular past tenses stay as they are ("meants" before).
+        ("No, I meant my sister", "Correction from the user: the user meant the user's sister"),
+        ("Remember that I threw out the old sofa", "The user threw out the old sofa"),
     ],
 )
 def test_rule_extractor_stores_the_users_words_in_the_third_person(said: str, stored: str) -> None:
