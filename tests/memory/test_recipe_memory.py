@@ -275,3 +275,17 @@ async def test_an_explicit_max_memory_tokens_is_kept(
         assert store.max_memory_tokens == 900
     finally:
         await store.close()
+
+
+def test_a_memory_layer_with_its_own_store_does_not_cap_the_memory_table() -> None:
+    """A layer given a store in code never injects from ``[memory]``'s: its block size is
+    no reason to refuse what the tools or ``memstack memory`` store there."""
+    own = MemoryStore.from_url("sqlite://:memory:")
+    recipe = load_recipe(
+        {
+            "backend": {"url": "sqlite://:memory:"},
+            "memory": {"url": "sqlite://:memory:"},
+            "layers": [{"layer": "memory", "store": own, "max_tokens": 60}],
+        }
+    )
+    assert recipe.open_memory().max_memory_tokens == 1000  # the store's own default
