@@ -155,11 +155,13 @@ def _missing_driver(url: str, exc: ImportError) -> str:
     memstack picks, not one the URL names (``postgresql+psycopg``)."""
     scheme = url.partition("://")[0]
     dialect, plus, driver = scheme.partition("+")
-    if plus:
+    if plus and dialect.lower() in _DRIVERS:
         return (
             f"cannot open {scheme}:// URLs: {exc} (install the {driver} driver, or write "
             f"{dialect}:// for the one memstack[postgres] or memstack[mysql] installs)"
         )
+    if plus:
+        return f"cannot open {scheme}:// URLs: {exc} (install the {driver} driver)"
     extras = "memstack[postgres] or memstack[mysql]"
     return f"cannot open {scheme}:// URLs: {exc} (pip install {extras})"
 

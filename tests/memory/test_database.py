@@ -50,3 +50,13 @@ def test_a_missing_driver_named_in_the_url_is_not_blamed_on_the_extras(
         MemoryStore.from_url("postgresql+psycopg://app@db/named")
     assert "pip install memstack[postgres]" not in str(refused.value)
     assert "install the psycopg driver, or write postgresql://" in str(refused.value)
+
+
+def test_a_missing_driver_of_a_dialect_memory_has_no_default_for_suggests_no_scheme(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setitem(sys.modules, "oracledb", None)
+    with pytest.raises(ConfigurationError) as refused:
+        MemoryStore.from_url("oracle+oracledb://app@db/named")
+    assert "install the oracledb driver)" in str(refused.value)
+    assert "write oracle://" not in str(refused.value)
