@@ -35,6 +35,7 @@ from memstack.errors import (
     ItemValidationError,
     MemstackError,
     MissingDriverError,
+    RecipeError,
     UnknownUserError,
 )
 from memstack.formats import written_by
@@ -135,6 +136,8 @@ def _warn_of_a_missing_memory_driver(recipe: Recipe) -> None:
             f"warning: {recipe.source}: [memory]: {exc} (an error with --resolve)",
             file=sys.stderr,
         )
+    except ConfigurationError as exc:  # no machine could open it: named as with --resolve
+        raise RecipeError(f"{recipe.source}: [memory]: {exc}") from exc
 
 
 @asynccontextmanager

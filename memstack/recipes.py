@@ -194,6 +194,7 @@ class Recipe:
             longest_injectable(budget, header, store.count_tokens)
             for spec in self.layers
             if spec.layer == "memory"
+            and "store" not in spec.options  # a store of its own: it never injects from ours
             and isinstance(budget := spec.options.get("max_tokens", DEFAULT_MAX_TOKENS), int)
             and isinstance(header := spec.options.get("header", HEADER), str)
         ]  # options of other types: the layer refuses them when it is built

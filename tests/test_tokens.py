@@ -424,3 +424,13 @@ def test_threads_asking_at_once_share_one_build(monkeypatch: pytest.MonkeyPatch)
         found = list(pool.map(lambda _: vocab.load_encoding("cl100k_base"), range(4)))
     assert builds == ["cl100k_base"] and all(encoding is found[0] for encoding in found)
     assert vocab.is_loaded("cl100k_base") and not vocab.is_loaded("o200k_base")
+
+
+@pytest.mark.parametrize("name", ENCODINGS)
+def test_every_rank_matches_tiktokens_own_parse(
+    reference: dict[str, tiktoken.Encoding], name: str
+) -> None:
+    """The whole table, not a sample of texts: a token a text never reaches could differ."""
+    ours, theirs = load_encoding(name), reference[name]
+    assert ours.n_vocab == theirs.n_vocab
+    assert ours._mergeable_ranks == theirs._mergeable_ranks

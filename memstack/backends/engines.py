@@ -112,11 +112,13 @@ def check_async(url: str, *, layer: str | None = None) -> None:
     parsed = make_url(url)
     dialect = parsed.get_dialect()
     if not dialect.get_async_dialect_cls(parsed).is_async:
-        raise ConfigurationError(
-            f"the {dialect.driver} driver is not async; use {dialect.name}:// (memstack "
-            f"picks an async driver) or name one (e.g. {_ASYNC_DRIVERS.get(dialect.name, 'its')})",
-            layer=layer,
+        known = _ASYNC_DRIVERS.get(dialect.name)
+        fix = (  # without a default of ours, the plain scheme would name this driver again
+            f"use {dialect.name}:// (memstack picks an async driver) or name one (e.g. {known})"
+            if known
+            else f"name an async driver for {dialect.name} ({dialect.name}+driver://)"
         )
+        raise ConfigurationError(f"the {dialect.driver} driver is not async; {fix}", layer=layer)
 
 
 _ASYNC_DRIVERS = {

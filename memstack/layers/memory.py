@@ -95,6 +95,10 @@ class MemorySession(SessionLayer):
             raise ConfigurationError(
                 f"max_tokens must be an int >= 50, not {max_tokens!r}", layer=type(self).__name__
             )
+        if not isinstance(header, str) or not header:  # "" would mark every developer item
+            raise ConfigurationError(
+                f"header must be a non-empty string, not {header!r}", layer=type(self).__name__
+            )
         if scope is not None and (not isinstance(scope, str) or not scope):
             raise ConfigurationError(
                 f"scope must be a non-empty string, not {scope!r}", layer=type(self).__name__

@@ -147,11 +147,23 @@ def load_driver(url: str) -> None:
                 f"cannot open {without_password(url)!r}: {exc}", layer=_LAYER
             ) from exc
         except ImportError as exc:
-            raise MissingDriverError(
-                f"cannot open {url.partition('://')[0]}:// URLs: {exc} (pip install "
-                "memstack[postgres] or memstack[mysql])",
-                layer=_LAYER,
-            ) from exc
+            raise MissingDriverError(_missing_driver(url, exc), layer=_LAYER) from exc
+
+
+def _missing_driver(url: str, exc: ImportError) -> str:
+    """Which install gives ``url`` its driver: memstack's extras hold only the drivers
+    memstack picks, not one the URL names (``postgresql+psycopg``)."""
+    scheme = url.partition("://")[0]
+    dialect, plus, driver = scheme.partition("+")
+    if plus and dialect.lower() in _DRIVERS:
+        return (
+            f"cannot open {scheme}:// URLs: {exc} (install the {driver} driver, or write "
+            f"{dialect}:// for the one memstack[postgres] or memstack[mysql] installs)"
+        )
+    if plus:
+        return f"cannot open {scheme}:// URLs: {exc} (install the {driver} driver)"
+    extras = "memstack[postgres] or memstack[mysql]"
+    return f"cannot open {scheme}:// URLs: {exc} (pip install {extras})"
 
 
 @functools.lru_cache(maxsize=256)  # once per URL, not per store a request opens

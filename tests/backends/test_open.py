@@ -60,6 +60,9 @@ async def test_mariadb_tables_are_created_with_lengths():
         ("postgresql+nodriver://x", "no backend loads postgresql\\+nodriver:// URLs"),
         ("sqlite+pysqlite:///x.db", r"pysqlite driver is not async; use sqlite://"),
         ("postgresql+psycopg2://db/x", r"psycopg2 driver is not async; use postgresql://"),
+        # No async default memstack knows: no circular "use mssql://", no "e.g. its".
+        ("mssql://db/x", r"pyodbc driver is not async; name an async driver for mssql \("),
+        ("oracle+cx_oracle://db/x", r"cx_oracle driver is not async; name an async driver for"),
     ],
 )
 def test_bad_urls(url: str, message: str):

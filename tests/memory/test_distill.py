@@ -74,6 +74,17 @@ def test_rule_extractor_stores_the_users_words_in_the_third_person(said: str, st
 
 
 @pytest.mark.parametrize(
+    "said",
+    ["I wrote a note: buy milk", "I left you a note: call me back", "I remember: we met in Paris"],
+)
+def test_a_colon_after_a_noun_or_a_subject_is_no_request_to_remember(said: str) -> None:
+    """The colon form is a request ("Note: …", "remember: …"); "a note: …" is the user's
+    note, "I remember: …" their recollection, neither said to be kept."""
+    found = RuleExtractor().extract_sync([{"role": "user", "content": said}])
+    assert [c.text for c in found if c.kind == "note"] == []
+
+
+@pytest.mark.parametrize(
     ("said", "stored"),
     [
         ("My favourite colour is blue.", "The user's favourite colour is blue"),

@@ -95,6 +95,19 @@ def test_memory_session_checks_its_options() -> None:
         MemorySession(InMemorySession("s"), store=store, max_tokens=10)
 
 
+async def test_an_empty_header_is_refused() -> None:
+    """The header marks the layer's own block: "" would mark every developer message,
+    which the layer then drops from what it writes below and from the model's input."""
+    store = MemoryStore.from_url("sqlite://:memory:")
+    with pytest.raises(ConfigurationError, match="header must be a non-empty string"):
+        MemorySession(InMemorySession("s"), store=store, header="")
+    inner = InMemorySession("s")
+    layer = MemorySession(inner, store=store, header="Memory:")
+    await layer.add_items([{"role": "developer", "content": "be brief"}])
+    assert await inner.get_items() == [{"role": "developer", "content": "be brief"}]
+    await store.close()
+
+
 async def test_tools_are_bound_to_their_scope() -> None:
     store = MemoryStore.from_url("sqlite://:memory:")
     await store.remember("bob", "Bob's PIN hint is the cat")

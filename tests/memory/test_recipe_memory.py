@@ -275,3 +275,27 @@ async def test_an_explicit_max_memory_tokens_is_kept(
         assert store.max_memory_tokens == 900
     finally:
         await store.close()
+
+
+def test_a_memory_layer_with_its_own_store_does_not_cap_the_memory_table() -> None:
+    """A layer given a store in code never injects from ``[memory]``'s: its block size is
+    no reason to refuse what the tools or ``memstack memory`` store there."""
+    own = MemoryStore.from_url("sqlite://:memory:")
+    recipe = load_recipe(
+        {
+            "backend": {"url": "sqlite://:memory:"},
+            "memory": {"url": "sqlite://:memory:"},
+            "layers": [{"layer": "memory", "store": own, "max_tokens": 60}],
+        }
+    )
+    assert recipe.open_memory().max_memory_tokens == 1000  # the store's own default
+
+
+def test_a_sync_memory_driver_without_a_memory_layer_names_file_and_table(tmp_path: Path) -> None:
+    # The table still serves `forget` and `memstack memory`: its error names it as with a layer.
+    path = _memory_recipe(tmp_path, "sqlite+pysqlite:///m.db", layer=False)
+    for resolve in ([], ["--resolve"]):
+        result = memstack("validate", str(path), *resolve)
+        assert result.returncode == 2, result
+        assert result.stderr.startswith(f"memstack: error: {path}: [memory]: "), result.stderr
+        assert "pysqlite driver is not async" in result.stderr
