@@ -84,11 +84,15 @@ _END = r"(?=[.!?;\n]|,? but |,? and (?:I|my)\b|$)"
 # The colon form is a request ("Note: …"), not a noun's or a subject's ("a note: …", "I
 # remember: …"): those words may not come just before it.
 _NO_SUBJECT = r"(?<!\ba )(?<!\bthe )(?<!\bmy )(?<!\byour )(?<!\bI )(?<!\bwe )(?<!\byou )"
+# Asking whether the assistant remembers ("Do you remember that song?") is no request.
+_NOT_ASKED = r"(?<!\bdo you )(?<!\bdid you )(?<!\bdon't you )(?<!\bdidn't you )"
 _RULES: tuple[tuple[re.Pattern[str], str, str, str | None, str], ...] = tuple(
     (re.compile(pattern, re.IGNORECASE), kind, source, key, template)
     for pattern, kind, source, key, template in (
         (
-            r"\b(?:please\s+)?(?:(?:remember|note|don't forget)\s+|"
+            r"\b(?:please\s+)?"
+            + _NOT_ASKED
+            + r"(?:(?:remember|note|don't forget)\s+|"
             + _NO_SUBJECT
             + r"(?:remember|note|don't forget)\s*:\s*)(?:that\s+)?(?P<x>.+?)"
             + _END,

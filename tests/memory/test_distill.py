@@ -87,6 +87,23 @@ def test_a_colon_after_a_noun_or_a_subject_is_no_request_to_remember(said: str) 
 @pytest.mark.parametrize(
     ("said", "stored"),
     [
+        ("Do you remember that song?", []),  # a question about the past, not a request
+        ("Did you remember that I'm vegan?", []),
+        ("Don't you remember that trip to Rome?", []),
+        ("Can you remember that I'm vegan?", ["The user is vegan"]),
+        ("Could you please remember that my flat is on floor 3", ["The user's flat is on floor 3"]),
+    ],
+)
+def test_asking_whether_the_assistant_remembers_stores_nothing(
+    said: str, stored: list[str]
+) -> None:
+    found = RuleExtractor().extract_sync([{"role": "user", "content": said}])
+    assert [c.text for c in found if c.kind == "note"] == stored
+
+
+@pytest.mark.parametrize(
+    ("said", "stored"),
+    [
         ("My favourite colour is blue.", "The user's favourite colour is blue"),
         ("my favorite food is sushi and I cook it", "The user's favorite food is sushi"),
         (
