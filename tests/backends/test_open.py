@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
@@ -106,3 +107,16 @@ def test_passwords_never_appear_in_open_errors():
     from memstack.backends.translate import without_password
 
     assert without_password("postgresql://app:hunter2@db/x") == "postgresql://app:***@db/x"
+
+
+def test_a_driver_not_installed_is_named_when_the_store_opens(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The process's engine is made on first use: without a check at open, a missing driver
+    was a raw ImportError at the first read, and ``validate --resolve`` said "ok"."""
+    monkeypatch.setitem(sys.modules, "asyncpg", None)  # as without the [postgres] extra
+    url = "postgresql://app@db/driverless-backend"  # a URL no test loaded
+    with pytest.raises(ConfigurationError, match=r"asyncpg.*pip install memstack\[postgres\]"):
+        check_url(url)
+    with pytest.raises(ConfigurationError, match=r"asyncpg.*pip install memstack\[postgres\]"):
+        open_backend(url, "s")
