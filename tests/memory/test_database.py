@@ -41,22 +41,29 @@ def test_an_unloadable_dialect_or_driver_is_refused_when_the_store_opens(
         MemoryStore.from_url("postgresql://app@db/driverless")  # a URL no test loaded
 
 
+@pytest.mark.parametrize(
+    ("driver", "url", "said", "not_said"),
+    [
+        # memstack[postgres] installs asyncpg: it would not give psycopg its driver.
+        (
+            "psycopg",
+            "postgresql+psycopg://app@db/named",
+            "install the psycopg driver, or write postgresql://",
+            "pip install memstack[postgres]",
+        ),
+        # A dialect memory has no default driver for: no scheme to suggest.
+        (
+            "oracledb",
+            "oracle+oracledb://app@db/named",
+            "install the oracledb driver)",
+            "write oracle://",
+        ),
+    ],
+)
 def test_a_missing_driver_named_in_the_url_is_not_blamed_on_the_extras(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, driver: str, url: str, said: str, not_said: str
 ) -> None:
-    # memstack[postgres] installs asyncpg: it would not give postgresql+psycopg:// its driver.
-    monkeypatch.setitem(sys.modules, "psycopg", None)
+    monkeypatch.setitem(sys.modules, driver, None)
     with pytest.raises(ConfigurationError) as refused:
-        MemoryStore.from_url("postgresql+psycopg://app@db/named")
-    assert "pip install memstack[postgres]" not in str(refused.value)
-    assert "install the psycopg driver, or write postgresql://" in str(refused.value)
-
-
-def test_a_missing_driver_of_a_dialect_memory_has_no_default_for_suggests_no_scheme(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    monkeypatch.setitem(sys.modules, "oracledb", None)
-    with pytest.raises(ConfigurationError) as refused:
-        MemoryStore.from_url("oracle+oracledb://app@db/named")
-    assert "install the oracledb driver)" in str(refused.value)
-    assert "write oracle://" not in str(refused.value)
+        MemoryStore.from_url(url)
+    assert said in str(refused.value) and not_said not in str(refused.value)
