@@ -58,6 +58,7 @@ def test_rule_extractor_finds_names_preferences_requests_and_corrections() -> No
         # A present tense ending in "ed" is not a past one; "and" after "I" is no verb.
         ("Remember that I need a gluten-free menu", "The user needs a gluten-free menu"),
         ("remember that I feed the cat at 7", "The user feeds the cat at 7"),
+        ("Remember that I seed the lawn in April", "The user seeds the lawn in April"),
         ("Remember that I agreed to host", "The user agreed to host"),
         ("Remember that I and Ana love Rome", "The user and Ana love Rome"),
         ("remember: I'm left-handed", "The user is left-handed"),
