@@ -30,7 +30,8 @@ _KEPT = """can can't cannot could couldn't will won't would wouldn't shall shoul
 _UNCHANGED = frozenset(_KEPT.split())
 # Present tenses that end like a past one ("I need" is not "I walked").
 _PRESENT_ED = frozenset(
-    """need feed bleed breed speed succeed proceed exceed heed embed seed weed shred""".split()
+    {"need", "feed", "bleed", "breed", "speed", "succeed", "proceed", "exceed", "heed", "embed"}
+    | {"seed", "weed", "shred"}
 )
 # Words after "I" that are not its verb: "I and Ana love Rome".
 _NOT_VERBS = frozenset({"and", "or", "nor", "but"})
