@@ -217,13 +217,30 @@ def test_the_budget_bounds_what_stacks_built_per_request_leave_behind(tmp_path: 
     growing, under a budget far below what they hold, as ``bench server`` does. What
     clearing the cache then frees (tracemalloc) must be within what it weighed: a kept
     read holds its rows' values after their own entries are evicted, so it must weigh them.
+
+    Measured in a process of its own: in a test worker another test's leftovers (a thread
+    still freeing memory) once counted as freed (+0.6% over the weight; 0.79x alone).
     """
+    from .forked import CONTEXT
+
+    results = CONTEXT.Queue()
+    child = CONTEXT.Process(target=_budgeted_traffic, args=(str(tmp_path / "chat.db"), results))
+    child.start()
+    weighed, freed, budget = results.get(timeout=300)
+    child.join(timeout=60)
+    assert 0 < weighed <= budget
+    assert freed <= weighed, f"clearing freed {freed} bytes; the cache weighed {weighed}"
+
+
+def _budgeted_traffic(path: str, results: Any) -> None:
+    """In the child: per-request stacks' traffic under a 400 KB budget; (weighed, freed,
+    budget) put on ``results``."""
     from agents.memory import SQLiteSession
 
     from memstack import EncryptedSession, SlidingWindowSession, TTLSession
     from memstack.crypto import generate_key
 
-    key, path, budget = generate_key(), str(tmp_path / "chat.db"), 400_000
+    key, budget = generate_key(), 400_000
 
     def stack(session_id: str) -> Any:
         store = SQLiteSession(session_id, path)
@@ -244,15 +261,10 @@ def test_the_budget_bounds_what_stacks_built_per_request_leave_behind(tmp_path: 
                 )
                 store.close()
 
-    saved = cache.max_bytes()
     cache.clear()
     cache.configure(max_bytes=budget)
-    try:
-        weighed, freed = weighed_and_freed(traffic)
-    finally:
-        cache.configure(max_bytes=saved)
-    assert 0 < weighed <= budget
-    assert freed <= weighed, f"clearing freed {freed} bytes; the cache weighed {weighed}"
+    weighed, freed = weighed_and_freed(traffic)
+    results.put((weighed, freed, budget))
 
 
 def test_a_served_item_costs_about_a_kilobyte(tmp_path: Path, monkeypatch: Any) -> None:
