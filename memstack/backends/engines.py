@@ -27,7 +27,15 @@ from memstack.loops import PerLoop
 if TYPE_CHECKING:
     from sqlalchemy.engine import Engine
 
-__all__ = ["LoopEngine", "check_async", "configure_engine", "dialect_name", "in_memory_sqlite"]
+__all__ = [
+    "DEFAULT_DRIVERS",
+    "LoopEngine",
+    "configure_engine",
+    "dialect_name",
+    "in_memory_sqlite",
+    "load_driver",
+    "missing_driver",
+]
 
 
 class LoopEngine(AsyncEngine):
@@ -105,28 +113,49 @@ def configure_engine(engine: AsyncEngine, setup: Callable[[AsyncEngine], None]) 
         setup(engine)
 
 
-def check_async(url: str, *, layer: str | None = None) -> None:
-    """Refuse ``url`` when its driver is not async (``sqlite+pysqlite://``), naming the
-    fix: the stores run on asyncio engines, and SQLAlchemy's own error at the first query
-    names neither the URL nor what to write instead. The dialect must load."""
+#: The async driver memstack picks for a URL that names only its dialect: the one its
+#: extras install (``memstack[postgres]``, ``memstack[mysql]``).
+DEFAULT_DRIVERS = {
+    "sqlite": "sqlite+aiosqlite",
+    "postgresql": "postgresql+asyncpg",
+    "postgres": "postgresql+asyncpg",
+    "mysql": "mysql+aiomysql",
+    "mariadb": "mariadb+aiomysql",
+}
+
+
+@functools.lru_cache(maxsize=256)  # once per URL, not per store a request opens
+def load_driver(url: str, *, layer: str | None = None) -> None:
+    """Import ``url``'s dialect and driver now, refusing one that is not async
+    (``sqlite+pysqlite://``): the process's engines are made on first use, where either
+    would be a raw error from the first query, naming neither the URL nor the fix.
+    ``ImportError`` when the driver is not installed (``missing_driver`` says what to do)."""
     parsed = make_url(url)
     dialect = parsed.get_dialect()
     if not dialect.get_async_dialect_cls(parsed).is_async:
-        known = _ASYNC_DRIVERS.get(dialect.name)
+        known = DEFAULT_DRIVERS.get(dialect.name)
         fix = (  # without a default of ours, the plain scheme would name this driver again
             f"use {dialect.name}:// (memstack picks an async driver) or name one (e.g. {known})"
             if known
             else f"name an async driver for {dialect.name} ({dialect.name}+driver://)"
         )
         raise ConfigurationError(f"the {dialect.driver} driver is not async; {fix}", layer=layer)
+    dialect.import_dbapi()
 
 
-_ASYNC_DRIVERS = {
-    "sqlite": "sqlite+aiosqlite",
-    "postgresql": "postgresql+asyncpg",
-    "mysql": "mysql+aiomysql",
-    "mariadb": "mariadb+aiomysql",
-}
+def missing_driver(scheme: str, exc: ImportError) -> str:
+    """What to install for a URL written as ``scheme://``: memstack's extras hold only the
+    drivers it picks, not one the URL names (``postgresql+psycopg``)."""
+    dialect, plus, driver = scheme.partition("+")
+    if plus and dialect.lower() in DEFAULT_DRIVERS:
+        return (
+            f"cannot open {scheme}:// URLs: {exc} (install the {driver} driver, or write "
+            f"{dialect}:// for the one memstack[postgres] or memstack[mysql] installs)"
+        )
+    if plus:
+        return f"cannot open {scheme}:// URLs: {exc} (install the {driver} driver)"
+    extras = "memstack[postgres] or memstack[mysql]"
+    return f"cannot open {scheme}:// URLs: {exc} (pip install {extras})"
 
 
 @functools.lru_cache(maxsize=256)  # asked per store opened: a stack is built per request

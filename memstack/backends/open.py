@@ -138,7 +138,7 @@ def _sqlalchemy_url(url: str, scheme: str) -> str:
     from sqlalchemy.engine import make_url
     from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 
-    from memstack.backends.engines import check_async
+    from memstack.backends.engines import load_driver, missing_driver
 
     url = _DEFAULT_DRIVERS.get(scheme, scheme) + url[len(scheme) :]
     try:
@@ -147,22 +147,11 @@ def _sqlalchemy_url(url: str, scheme: str) -> str:
         raise ConfigurationError(f"no backend loads {scheme}:// URLs (known: {_KNOWN})") from exc
     except (ArgumentError, ValueError) as exc:  # unparsable, a port that is not a number
         raise ConfigurationError(f"{without_password(url)!r}: {exc}") from exc
-    check_async(url)
     try:
-        _load_driver(url)
+        load_driver(url)
     except ImportError as exc:  # the process's engine is made on first use: say it now
-        raise ConfigurationError(
-            f"cannot open {scheme}:// URLs: {exc} (is the driver installed? "
-            "pip install memstack[postgres] or memstack[mysql])"
-        ) from exc
+        raise ConfigurationError(missing_driver(scheme, exc)) from exc
     return url
-
-
-@functools.lru_cache(maxsize=256)  # once per URL, not per stack a request builds
-def _load_driver(url: str) -> None:
-    from sqlalchemy.engine import make_url
-
-    make_url(url).get_dialect().import_dbapi()
 
 
 def _open_sqlalchemy(url: str, scheme: str, session_id: str, options: dict[str, Any]) -> Session:

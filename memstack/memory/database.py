@@ -16,7 +16,6 @@ naming the right ones rather than a SQLAlchemy dialect error.
 from __future__ import annotations
 
 import asyncio
-import functools
 import hashlib
 import random
 from collections.abc import AsyncIterator, Mapping
@@ -24,7 +23,6 @@ from contextlib import asynccontextmanager, suppress
 from typing import Any
 
 from sqlalchemy import Connection, Index, MetaData, event, insert, select, text
-from sqlalchemy.engine import make_url
 from sqlalchemy.exc import (
     ArgumentError,
     DBAPIError,
@@ -37,11 +35,13 @@ from sqlalchemy.pool import StaticPool
 
 import memstack.resources as resources
 from memstack.backends.engines import (
-    check_async,
+    DEFAULT_DRIVERS,
     configure_engine,
     dialect_name,
     in_memory_sqlite,
+    missing_driver,
 )
+from memstack.backends.engines import load_driver as load_engine_driver
 from memstack.backends.translate import store_errors, without_password
 from memstack.errors import ConfigurationError, DecryptionError, MissingDriverError
 from memstack.memory.cipher import PLAIN_KID, MemoryCipher
@@ -65,13 +65,6 @@ _LAYER = "MemoryStore"
 MMAP_BYTES = 1 << 30
 # Creation attempts when another process creates the same tables at the same moment.
 _ATTEMPTS = 10
-_DRIVERS = {
-    "sqlite": "sqlite+aiosqlite",
-    "postgresql": "postgresql+asyncpg",
-    "postgres": "postgresql+asyncpg",
-    "mysql": "mysql+aiomysql",
-    "mariadb": "mariadb+aiomysql",
-}
 
 
 def engine_url(url: str) -> str:
@@ -98,13 +91,13 @@ def engine_url(url: str) -> str:
         )
     if "+" in scheme:  # a driver named by the caller (postgresql+psycopg): theirs to pick
         return f"{scheme}://{rest}"
-    if scheme not in _DRIVERS:
+    if scheme not in DEFAULT_DRIVERS:
         raise ConfigurationError(
             f"unknown URL scheme {scheme}://; long-term memory needs sqlite://, "
             "postgresql://, mysql:// or mariadb://",
             layer=_LAYER,
         )
-    return f"{_DRIVERS[scheme]}://{rest}"
+    return f"{DEFAULT_DRIVERS[scheme]}://{rest}"
 
 
 def open_engine(url: str, engine_kwargs: Mapping[str, Any] | None = None) -> AsyncEngine:
@@ -137,7 +130,7 @@ def load_driver(url: str) -> None:
     target = engine_url(url)
     with store_errors(None, layer=_LAYER, doing="opening the memory store"):
         try:
-            _load_driver(target)
+            load_engine_driver(target, layer=_LAYER)
         except NoSuchModuleError as exc:  # a dialect or driver plugin not installed here
             raise MissingDriverError(
                 f"cannot open {without_password(url)!r}: {exc}", layer=_LAYER
@@ -147,31 +140,9 @@ def load_driver(url: str) -> None:
                 f"cannot open {without_password(url)!r}: {exc}", layer=_LAYER
             ) from exc
         except ImportError as exc:
-            raise MissingDriverError(_missing_driver(url, exc), layer=_LAYER) from exc
-
-
-def _missing_driver(url: str, exc: ImportError) -> str:
-    """Which install gives ``url`` its driver: memstack's extras hold only the drivers
-    memstack picks, not one the URL names (``postgresql+psycopg``)."""
-    scheme = url.partition("://")[0]
-    dialect, plus, driver = scheme.partition("+")
-    if plus and dialect.lower() in _DRIVERS:
-        return (
-            f"cannot open {scheme}:// URLs: {exc} (install the {driver} driver, or write "
-            f"{dialect}:// for the one memstack[postgres] or memstack[mysql] installs)"
-        )
-    if plus:
-        return f"cannot open {scheme}:// URLs: {exc} (install the {driver} driver)"
-    extras = "memstack[postgres] or memstack[mysql]"
-    return f"cannot open {scheme}:// URLs: {exc} (pip install {extras})"
-
-
-@functools.lru_cache(maxsize=256)  # once per URL, not per store a request opens
-def _load_driver(target: str) -> None:
-    """Import ``target``'s dialect and driver now: the shared engine is made on first use,
-    where a missing one would surface as a raw ``ImportError`` from the first query."""
-    check_async(target, layer=_LAYER)
-    make_url(target).get_dialect().import_dbapi()
+            raise MissingDriverError(
+                missing_driver(url.partition("://")[0], exc), layer=_LAYER
+            ) from exc
 
 
 def sqlite_settings(engine: AsyncEngine) -> None:
